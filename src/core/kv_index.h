@@ -1,0 +1,112 @@
+// KvIndex: the router's mirror of every target's cached KV blocks (doc/index.md).
+//
+// For every target (worker, dp rank) it knows which router block hashes the target
+// holds and on which tiers, plus the per-target map engine hash -> router hash that
+// KV events need (engines name blocks by their own hashes; the router matches on its
+// own, recomputed from token ids).
+//
+// Thread-safety: none. One writer at a time; the edges decide the locking
+// (doc/kv-events.md describes the ingestion design).
+//
+// Example:
+//   KvIndex index;
+//   TargetId w0 = index.AddTarget({"10.0.0.1:8000", 0}, /*block_size=*/16);
+//   index.ApplyStored(w0, std::nullopt, engine_hashes, tokens, Tier::kDevice);
+//   std::vector<MatchCounts> hits(candidates.size());
+//   index.FindMatches(chain, candidates, hits);
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "core/types.h"
+
+namespace infera::core {
+
+// Consecutive-prefix hits of one candidate for one request chain. The run starts at
+// block 0 and ends at the first block the candidate holds on no tier; each block of
+// the run is counted once, on the best tier the candidate holds it on.
+struct MatchCounts {
+  uint32_t device_hits = 0;
+  uint32_t host_hits = 0;
+  uint32_t disk_hits = 0;
+  uint32_t total() const { return device_hits + host_hits + disk_hits; }
+};
+
+enum class StoreOutcome : uint8_t {
+  kOk,
+  // parent_engine_hash is not in the target's map: nothing was applied; the caller
+  // counts it and treats it as a gap in the stream (never guesses a parent).
+  kUnknownParent,
+  // The number of engine hashes differs from the number of router blocks the tokens
+  // make (block-size mismatch): router hashes were inserted but no engine mapping
+  // was recorded, so later removals of these engine hashes are not applied.
+  kCountMismatch,
+  kUnknownTarget,
+};
+
+struct RemoveResult {
+  size_t removed = 0;  // (target, hash, tier) entries dropped
+  size_t unknown = 0;  // engine hashes the target's map did not know
+};
+
+class KvIndex {
+ public:
+  KvIndex();
+  ~KvIndex();
+  KvIndex(const KvIndex&) = delete;
+  KvIndex& operator=(const KvIndex&) = delete;
+
+  // Adds a target (idempotent: an existing key returns its id; its block size is
+  // updated). REQUIRES: block_size > 0.
+  TargetId AddTarget(const TargetKey& key, size_t block_size);
+  std::optional<TargetId> FindTarget(const TargetKey& key) const;
+  // The key of a live target. REQUIRES: id is live.
+  const TargetKey& Key(TargetId id) const;
+  size_t BlockSize(TargetId id) const;
+  // Removes the target and frees everything it owns; its id may be reused.
+  void RemoveTarget(TargetId id);
+  // Live target ids, ascending.
+  std::vector<TargetId> Targets() const;
+
+  // BlockStored: parent = 0 when `parent_engine_hash` is nullopt, else the router hash
+  // the target's map gives. Chain-hashes `tokens` in the target's block size from the
+  // parent, inserts each router hash on `tier`, and maps engine_hashes[i] ->
+  // router_hash[i] when the counts agree.
+  StoreOutcome ApplyStored(TargetId id, std::optional<BlockHash> parent_engine_hash,
+                           std::span<const BlockHash> engine_hashes,
+                           std::span<const TokenId> tokens, Tier tier);
+  // BlockRemoved: drops each engine hash's router hash from `tier`; the mapping goes
+  // when the block is on no tier any more.
+  RemoveResult ApplyRemoved(TargetId id, std::span<const BlockHash> engine_hashes, Tier tier);
+  // AllBlocksCleared (and resync): empties the target's set and map.
+  void ApplyCleared(TargetId id);
+
+  // Inserts router hashes directly (tests, benchmarks, the offline simulator when it
+  // shares hashes with the router).
+  void InsertRouterHashes(TargetId id, std::span<const BlockHash> router_hashes, Tier tier);
+
+  // For each candidates[i], the consecutive-prefix hits of `chain` into out[i].
+  // One walk over the chain; stops when no candidate is still matching.
+  // REQUIRES: out.size() == candidates.size(); candidates are live and distinct.
+  void FindMatches(std::span<const BlockHash> chain, std::span<const TargetId> candidates,
+                   std::span<MatchCounts> out) const;
+
+  // Distinct router hashes the target holds (on any tier): the admin cache view.
+  size_t BlockCount(TargetId id) const;
+  // (target, hash) entries across all targets.
+  size_t EntryCount() const;
+  // Whether the target holds `router_hash` on `tier`.
+  bool Holds(TargetId id, BlockHash router_hash, Tier tier) const;
+  // The target's router hashes, unordered (debug views and tests).
+  std::vector<BlockHash> RouterHashes(TargetId id) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace infera::core
