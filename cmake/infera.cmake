@@ -32,3 +32,47 @@ function(infera_test name)
   endif()
   set_tests_properties(${name} PROPERTIES TIMEOUT ${A_TIMEOUT} LABELS "unit;${A_LABELS}")
 endfunction()
+
+# Adds every immediate subfolder of the current folder that has a CMakeLists.txt
+# (apps/<binary>, bench/<area>, fuzz/<area>, tests/integration/<area>), so areas
+# can be added without editing a shared list.
+function(infera_add_subfolders)
+  file(GLOB children RELATIVE ${CMAKE_CURRENT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR}/*)
+  list(SORT children)
+  foreach(child ${children})
+    if(IS_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${child}
+       AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${child}/CMakeLists.txt)
+      add_subdirectory(${child})
+    endif()
+  endforeach()
+endfunction()
+
+# infera_integration_test(NAME COMMAND ... [TIMEOUT s]): a test that starts real processes.
+function(infera_integration_test name)
+  cmake_parse_arguments(A "" "TIMEOUT" "COMMAND" ${ARGN})
+  add_test(NAME ${name} COMMAND ${A_COMMAND})
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 300)
+  endif()
+  # RUN_SERIAL: integration tests bind ports and start servers; keep them apart so a
+  # 2-core CI machine does not time them out.
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${A_TIMEOUT} LABELS integration RUN_SERIAL TRUE)
+endfunction()
+
+# infera_fuzz(NAME SOURCES ... DEPS ... CORPUS dir [SECONDS n]): a libFuzzer target,
+# run by ctest for a bounded time on a scratch copy of its seed corpus.
+function(infera_fuzz name)
+  cmake_parse_arguments(A "" "CORPUS;SECONDS" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${A_SOURCES})
+  target_compile_options(${name} PRIVATE ${INFERA_WARNINGS} -fsanitize=fuzzer,address,undefined)
+  target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(${name} PRIVATE ${A_DEPS})
+  if(NOT A_SECONDS)
+    set(A_SECONDS 20)
+  endif()
+  set(work ${CMAKE_CURRENT_BINARY_DIR}/${name}_corpus)
+  add_test(NAME ${name}
+    COMMAND sh -c "rm -rf '${work}' && mkdir -p '${work}' && cp -r '${A_CORPUS}'/. '${work}'/ && \
+exec '$<TARGET_FILE:${name}>' -max_total_time=${A_SECONDS} -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 '${work}'")
+  set_tests_properties(${name} PROPERTIES TIMEOUT 600 LABELS fuzz)
+endfunction()
