@@ -1,0 +1,42 @@
+// WorkerRecord: what a worker publishes about itself (architecture §11).
+//
+// The same JSON record appears as an etcd value under `<prefix><host>:<port>`, in a
+// `--workers-file` list, in a Kubernetes Pod annotation, and is built from a
+// `--worker URL,key=value,...` flag:
+//
+//   {"worker_id": "10.0.0.5:30000", "url": "http://10.0.0.5:30000",
+//    "model_name": "Qwen/Qwen3-0.6B", "engine": "vllm",
+//    "disagg_mode": "mixed", "disagg_meta": {"protocol": "", "params": {}},
+//    "kv_events_endpoint": "tcp://10.0.0.5:5557",
+//    "kv_replay_endpoint": "tcp://10.0.0.5:5558",
+//    "kv_block_size": 16, "dp_rank": 0, "dp_size": 1}
+//
+// Parsing (untrusted input) lives in worker_record.cc (discovery); this header is
+// plain data so the router and the simulator can share it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace infera::discovery {
+
+enum class DisaggMode : uint8_t { kMixed = 0, kPrefill = 1, kDecode = 2 };
+
+struct WorkerRecord {
+  std::string worker_id;           // "host:port", unique key
+  std::string url;                 // base URL for HTTP requests, "http://host:port"
+  std::string model_name;
+  std::string engine = "vllm";     // sglang | vllm | atom | mock
+  DisaggMode disagg_mode = DisaggMode::kMixed;
+  std::string disagg_protocol;     // sglang-bootstrap | vllm-nixl | vllm-mooncake | ""
+  std::string disagg_params_json = "{}";  // protocol parameters, raw JSON object
+  std::string kv_events_endpoint;  // "tcp://host:5557" for rank 0; rank r uses port + r
+  std::string kv_replay_endpoint;  // optional ROUTER socket for gap replay
+  uint32_t kv_block_size = 16;
+  uint32_t dp_rank = 0;            // first rank this record describes
+  uint32_t dp_size = 1;            // ranks dp_rank .. dp_rank + dp_size - 1
+
+  friend bool operator==(const WorkerRecord&, const WorkerRecord&) = default;
+};
+
+}  // namespace infera::discovery
