@@ -225,10 +225,11 @@ struct KvIndex::Impl {
     bool live = false;
     size_t block_count = 0;  // distinct router hashes held on any tier
     absl::flat_hash_map<BlockHash, BlockHash> engine_to_router;
-    // Router hashes inserted without an engine mapping (InsertRouterHashes, count
-    // mismatches): what ApplyCleared must also visit. May hold stale entries; it is
-    // compacted when it outgrows the target's block count.
-    std::vector<BlockHash> unmapped;
+    // Whether some router hashes were inserted without an engine mapping
+    // (InsertRouterHashes, count mismatches) since the last clear: then a clear must
+    // scan the whole table instead of visiting the map's values. A list of them would
+    // cost 8-16 bytes per entry; clearing such a target is rare.
+    bool has_unmapped = false;
   };
 
   absl::flat_hash_map<BlockHash, Holders> table;
@@ -281,31 +282,30 @@ struct KvIndex::Impl {
   }
 
   void Clear(TargetId id, Target& t) {
-    for (const auto& [engine, router] : t.engine_to_router) DropTiers(id, t, router, 7);
-    for (BlockHash router : t.unmapped) DropTiers(id, t, router, 7);
-    // Swap with empties so the memory is returned, not just the elements.
+    if (t.has_unmapped) {
+      for (auto it = table.begin(); it != table.end();) {
+        if (TiersOf(it->second, id) == 0) {
+          ++it;
+          continue;
+        }
+        --t.block_count;
+        --entries;
+        if (SetTiers(it->second, id, 0)) {
+          ++it;
+        } else {
+          table.erase(it++);
+        }
+      }
+    } else {
+      for (const auto& [engine, router] : t.engine_to_router) DropTiers(id, t, router, 7);
+    }
+    // Swap with an empty map so the memory is returned, not just the elements.
     absl::flat_hash_map<BlockHash, BlockHash>().swap(t.engine_to_router);
-    std::vector<BlockHash>().swap(t.unmapped);
+    t.has_unmapped = false;
     assert(t.block_count == 0);
     t.block_count = 0;
     // Give memory back when the table is mostly empty (a large target left).
     if (table.capacity() > 1024 && table.size() < table.capacity() / 8) table.rehash(0);
-  }
-
-  void NoteUnmapped(Target& t, BlockHash hash) {
-    t.unmapped.push_back(hash);
-    if (t.unmapped.size() > 2 * t.block_count + 1024) CompactUnmapped(t);
-  }
-
-  void CompactUnmapped(Target& t) {
-    const TargetId id = static_cast<TargetId>(&t - targets.data());
-    std::sort(t.unmapped.begin(), t.unmapped.end());
-    t.unmapped.erase(std::unique(t.unmapped.begin(), t.unmapped.end()), t.unmapped.end());
-    std::erase_if(t.unmapped, [&](BlockHash h) {
-      auto it = table.find(h);
-      return it == table.end() || TiersOf(it->second, id) == 0;
-    });
-    t.unmapped.shrink_to_fit();
   }
 };
 
@@ -396,7 +396,7 @@ StoreOutcome KvIndex::ApplyStored(TargetId id, std::optional<BlockHash> parent_e
     if (mapped) {
       t->engine_to_router.insert_or_assign(engine_hashes[i], router[i]);
     } else if (fresh) {
-      impl_->NoteUnmapped(*t, router[i]);
+      t->has_unmapped = true;
     }
   }
   return mapped ? StoreOutcome::kOk : StoreOutcome::kCountMismatch;
@@ -440,7 +440,7 @@ void KvIndex::InsertRouterHashes(TargetId id, std::span<const BlockHash> router_
     if (i + kPrefetchDistance < router_hashes.size()) {
       impl_->table.prefetch(router_hashes[i + kPrefetchDistance]);
     }
-    if (impl_->AddTier(id, *t, router_hashes[i], bit)) impl_->NoteUnmapped(*t, router_hashes[i]);
+    if (impl_->AddTier(id, *t, router_hashes[i], bit)) t->has_unmapped = true;
   }
 }
 
