@@ -390,7 +390,10 @@ StoreOutcome KvIndex::ApplyStored(TargetId id, std::optional<BlockHash> parent_e
   for (BlockHash h : router) impl_->table.prefetch(h);
   const uint32_t bit = TierBit(tier);
   const bool mapped = engine_hashes.size() == router.size();
-  if (mapped) t->engine_to_router.reserve(t->engine_to_router.size() + router.size());
+  if (mapped) {
+    t->engine_to_router.reserve(t->engine_to_router.size() + router.size());
+    for (BlockHash e : engine_hashes) t->engine_to_router.prefetch(e);
+  }
   for (size_t i = 0; i < router.size(); ++i) {
     const bool fresh = impl_->AddTier(id, *t, router[i], bit);
     if (mapped) {
@@ -411,15 +414,28 @@ RemoveResult KvIndex::ApplyRemoved(TargetId id, std::span<const BlockHash> engin
     return result;
   }
   const uint32_t bit = TierBit(tier);
-  for (BlockHash engine : engine_hashes) {
-    auto it = t->engine_to_router.find(engine);
-    if (it == t->engine_to_router.end()) {
-      ++result.unknown;
-      continue;
+  auto& map = t->engine_to_router;
+  // In chunks, three passes so the two dependent cache misses of each block (engine
+  // map, then table) overlap across the chunk: prefetch the map rows; read them and
+  // prefetch the table rows; apply.
+  constexpr size_t kChunk = 32;
+  for (size_t start = 0; start < engine_hashes.size(); start += kChunk) {
+    const auto chunk = engine_hashes.subspan(start, std::min(kChunk, engine_hashes.size() - start));
+    for (BlockHash engine : chunk) map.prefetch(engine);
+    for (BlockHash engine : chunk) {
+      auto it = map.find(engine);
+      if (it != map.end()) impl_->table.prefetch(it->second);
     }
-    auto [dropped, left] = impl_->DropTiers(id, *t, it->second, bit);
-    if (dropped) ++result.removed;
-    if (left == 0) t->engine_to_router.erase(it);
+    for (size_t i = 0; i < chunk.size(); ++i) {
+      auto it = map.find(chunk[i]);
+      if (it == map.end()) {
+        ++result.unknown;
+        continue;
+      }
+      auto [dropped, left] = impl_->DropTiers(id, *t, it->second, bit);
+      if (dropped) ++result.removed;
+      if (left == 0) map.erase(it);
+    }
   }
   return result;
 }
