@@ -42,6 +42,7 @@ ApplyStats ApplyEventBatch(core::KvIndex& index, core::TargetId id, const Decode
     }
     if (e.block_size != 0 && e.block_size != target_block_size) {
       stats.mismatched_block_size = e.block_size;
+      ++stats.block_size_mismatches;
     }
     std::optional<core::BlockHash> parent;
     if (e.has_parent) parent = e.parent_hash;

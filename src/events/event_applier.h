@@ -29,13 +29,14 @@ struct TargetApplyState {
 };
 
 struct ApplyStats {
-  uint64_t events = 0;            // events applied
-  uint64_t skipped_events = 0;    // not prefix KV (medium, kind, group)
-  uint64_t blocks_stored = 0;     // engine blocks of applied BlockStored events
-  uint64_t blocks_removed = 0;    // (hash, tier) entries removed
-  uint64_t cleared = 0;           // AllBlocksCleared events
-  uint64_t unknown_parents = 0;   // BlockStored events whose parent the map did not know
-  uint64_t count_mismatches = 0;  // BlockStored whose hash count != router block count
+  uint64_t events = 0;                 // events applied
+  uint64_t skipped_events = 0;         // not prefix KV (medium, kind, group)
+  uint64_t blocks_stored = 0;          // engine blocks of applied BlockStored events
+  uint64_t blocks_removed = 0;         // (hash, tier) entries removed
+  uint64_t cleared = 0;                // AllBlocksCleared events
+  uint64_t unknown_parents = 0;        // BlockStored events whose parent the map did not know
+  uint64_t count_mismatches = 0;       // BlockStored whose hash count != router block count
+  uint64_t block_size_mismatches = 0;  // BlockStored with another block_size than the target's
   // The last BlockStored block_size that differed from the target's (0: none).
   uint32_t mismatched_block_size = 0;
   // Index of the last AllBlocksCleared event in the batch, or -1.
