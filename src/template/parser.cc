@@ -509,7 +509,11 @@ class ParserImpl {
       const Token& t = Cur();
       if (t.type == Tok::kEof) {
         if (!end_names.empty()) {
-          SyntaxError(t.line, "unexpected end of template, expected '" + end_names.front() + "'");
+          std::string expected;
+          for (const auto& name : end_names) {
+            expected += (expected.empty() ? "'" : " or '") + name + "'";
+          }
+          SyntaxError(t.line, "unexpected end of template, expected " + expected);
         }
         return body;
       }
