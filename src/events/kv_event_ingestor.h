@@ -147,6 +147,14 @@ class KvEventIngestor {
     return f(static_cast<const core::KvIndex&>(index_));
   }
 
+  // For readers that keep a reference, such as core::Selector (it holds a
+  // const KvIndex&): the index itself. REQUIRES: every use happens while the caller
+  // holds a ReadLock(), e.g. { auto lock = ingestor.ReadLock(); selector.Pick(...); }.
+  const core::KvIndex& index() const { return index_; }
+  [[nodiscard]] std::shared_lock<WriterPriorityMutex> ReadLock() const {
+    return std::shared_lock<WriterPriorityMutex>(index_mu_);
+  }
+
   const KvEventCounters& counters() const { return counters_; }
   std::vector<IngestTargetStatus> TargetStatuses() const;
 

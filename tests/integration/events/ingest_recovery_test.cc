@@ -12,19 +12,10 @@
 #include "events/fake_engine_cache.h"
 #include "events/kv_event_ingestor.h"
 #include "events/publisher.h"
+#include "events/wait_for.h"
 
 namespace infera::events {
 namespace {
-
-template <class F>
-bool WaitFor(F cond) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return cond();
-}
 
 class Recovery : public ::testing::Test {
  protected:
