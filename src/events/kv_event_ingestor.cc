@@ -157,9 +157,10 @@ void KvEventIngestor::RunLoop() {
     item_conns.clear();
     for (const auto& c : conns) {
       if (!c->sub) continue;
-      items.push_back({c->sub->handle(), 0, ZMQ_POLLIN, 0});
-      item_conns.push_back(c.get());
+      // The monitor first: a disconnect must be known before the messages after it.
       items.push_back({c->monitor->handle(), 0, ZMQ_POLLIN, 0});
+      item_conns.push_back(c.get());
+      items.push_back({c->sub->handle(), 0, ZMQ_POLLIN, 0});
       item_conns.push_back(c.get());
     }
     const auto timeout = std::chrono::milliseconds(options_.poll_interval_ms);
@@ -171,9 +172,9 @@ void KvEventIngestor::RunLoop() {
     for (size_t i = 0; i < items.size(); ++i) {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
       if (i % 2 == 0) {
-        ReadMessages(*item_conns[i]);
-      } else {
         ReadMonitor(*item_conns[i]);
+      } else {
+        ReadMessages(*item_conns[i]);
       }
     }
   }
