@@ -85,7 +85,7 @@ core::TargetId KvEventIngestor::AddTarget(const IngestTarget& target) {
     std::shared_ptr<Conn> old = it->second;
     registry_.erase(it);
     {
-      std::unique_lock<std::shared_mutex> index_lock(index_mu_);
+      std::unique_lock<WriterPriorityMutex> index_lock(index_mu_);
       old->alive = false;
       index_.RemoveTarget(old->id);
     }
@@ -94,7 +94,7 @@ core::TargetId KvEventIngestor::AddTarget(const IngestTarget& target) {
   auto conn = std::make_shared<Conn>();
   conn->spec = spec;
   {
-    std::unique_lock<std::shared_mutex> index_lock(index_mu_);
+    std::unique_lock<WriterPriorityMutex> index_lock(index_mu_);
     conn->id = index_.AddTarget(spec.key, spec.block_size);
   }
   registry_[name] = conn;
@@ -109,7 +109,7 @@ void KvEventIngestor::RemoveTarget(const core::TargetKey& key) {
   std::shared_ptr<Conn> conn = it->second;
   registry_.erase(it);
   {
-    std::unique_lock<std::shared_mutex> index_lock(index_mu_);
+    std::unique_lock<WriterPriorityMutex> index_lock(index_mu_);
     conn->alive = false;
     index_.RemoveTarget(conn->id);
   }
@@ -157,9 +157,10 @@ void KvEventIngestor::RunLoop() {
     item_conns.clear();
     for (const auto& c : conns) {
       if (!c->sub) continue;
-      items.push_back({c->sub->handle(), 0, ZMQ_POLLIN, 0});
-      item_conns.push_back(c.get());
+      // The monitor first: a disconnect must be known before the messages after it.
       items.push_back({c->monitor->handle(), 0, ZMQ_POLLIN, 0});
+      item_conns.push_back(c.get());
+      items.push_back({c->sub->handle(), 0, ZMQ_POLLIN, 0});
       item_conns.push_back(c.get());
     }
     const auto timeout = std::chrono::milliseconds(options_.poll_interval_ms);
@@ -171,9 +172,9 @@ void KvEventIngestor::RunLoop() {
     for (size_t i = 0; i < items.size(); ++i) {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
       if (i % 2 == 0) {
-        ReadMessages(*item_conns[i]);
-      } else {
         ReadMonitor(*item_conns[i]);
+      } else {
+        ReadMessages(*item_conns[i]);
       }
     }
   }
@@ -265,6 +266,8 @@ void KvEventIngestor::HandleLive(Conn& c, uint64_t seq, const void* payload, siz
       // After a reconnect the stream does not continue where it stopped: the publisher
       // restarted (and its first messages went by before we reconnected) or we lost
       // messages across the outage. Either way our view may be stale: start over.
+      spdlog::info("kv events: {} reconnected at seq {} after {}: resync", c.spec.key.ToString(),
+                   seq, *c.seq.last());
       counters_.restarts.fetch_add(1, std::memory_order_relaxed);
       Resync(c);
       c.seq.Reset();
@@ -279,6 +282,8 @@ void KvEventIngestor::HandleLive(Conn& c, uint64_t seq, const void* payload, siz
       counters_.dropped.fetch_add(1, std::memory_order_relaxed);
       break;
     case SequenceTracker::Class::kRestart:
+      spdlog::info("kv events: {} sequence restarted at 0 after {}: resync", c.spec.key.ToString(),
+                   *c.seq.last());
       counters_.restarts.fetch_add(1, std::memory_order_relaxed);
       Resync(c);
       c.seq.Reset();
@@ -366,7 +371,7 @@ void KvEventIngestor::Apply(Conn& c, uint64_t seq, const void* payload, size_t s
   ApplyStats stats;
   bool inconsistent = false;
   {
-    std::unique_lock<std::shared_mutex> lock(index_mu_);
+    std::unique_lock<WriterPriorityMutex> lock(index_mu_);
     if (!c.alive) return;
     stats = ApplyEventBatch(index_, c.id, c.scratch, c.apply_state);
     // A parent the view must know (it saw the whole stream) but does not: events were
@@ -400,7 +405,7 @@ void KvEventIngestor::Apply(Conn& c, uint64_t seq, const void* payload, size_t s
 
 void KvEventIngestor::Resync(Conn& c) {
   {
-    std::unique_lock<std::shared_mutex> lock(index_mu_);
+    std::unique_lock<WriterPriorityMutex> lock(index_mu_);
     if (c.alive) index_.ApplyCleared(c.id);
   }
   counters_.resyncs.fetch_add(1, std::memory_order_relaxed);

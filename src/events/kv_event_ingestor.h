@@ -13,7 +13,7 @@
 //     or a BlockStored names a parent the view must know but does not.
 //
 // Concurrency (doc/kv-events.md "Concurrency"): the ingestor owns the index behind a
-// std::shared_mutex. The ingestion thread decodes outside the lock and applies one
+// writer-priority reader/writer lock. The ingestion thread decodes outside the lock and applies one
 // batch at a time under a short exclusive lock; request threads read through
 // WithIndex(), which holds the lock shared for the duration of the callback. Readers
 // never wait for decoding or socket I/O, only for the application of one batch.
@@ -62,6 +62,7 @@
 
 #include "core/kv_index.h"
 #include "core/types.h"
+#include "events/writer_priority_mutex.h"
 
 namespace zmq {
 class context_t;
@@ -142,8 +143,16 @@ class KvEventIngestor {
   // REQUIRES: f does not call back into this ingestor.
   template <class F>
   auto WithIndex(F&& f) const {
-    std::shared_lock<std::shared_mutex> lock(index_mu_);
+    std::shared_lock<WriterPriorityMutex> lock(index_mu_);
     return f(static_cast<const core::KvIndex&>(index_));
+  }
+
+  // For readers that keep a reference, such as core::Selector (it holds a
+  // const KvIndex&): the index itself. REQUIRES: every use happens while the caller
+  // holds a ReadLock(), e.g. { auto lock = ingestor.ReadLock(); selector.Pick(...); }.
+  const core::KvIndex& index() const { return index_; }
+  [[nodiscard]] std::shared_lock<WriterPriorityMutex> ReadLock() const {
+    return std::shared_lock<WriterPriorityMutex>(index_mu_);
   }
 
   const KvEventCounters& counters() const { return counters_; }
@@ -173,7 +182,7 @@ class KvEventIngestor {
   KvEventCounters counters_;
   std::unique_ptr<zmq::context_t> ctx_;  // outlives every socket
 
-  mutable std::shared_mutex index_mu_;  // guards index_ and Conn::alive
+  mutable WriterPriorityMutex index_mu_;  // guards index_ and Conn::alive
   core::KvIndex index_;
 
   mutable std::mutex registry_mu_;                         // guards registry_, commands_

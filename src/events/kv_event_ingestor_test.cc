@@ -10,20 +10,10 @@
 #include "core/hashing.h"
 #include "events/fake_engine_cache.h"
 #include "events/publisher.h"
+#include "events/wait_for.h"
 
 namespace infera::events {
 namespace {
-
-// Polls `cond` every 5 ms for up to 20 s (a bound, not a timing assertion).
-template <class F>
-bool WaitFor(F cond) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return cond();
-}
 
 std::vector<core::BlockHash> View(const KvEventIngestor& ing, core::TargetId id) {
   return ing.WithIndex([&](const core::KvIndex& index) {
@@ -121,6 +111,10 @@ TEST(KvEventIngestor, ReadersRunConcurrentlyWithIngestion) {
   done.store(true);
   for (auto& r : readers) r.join();
   EXPECT_GT(lookups.load(), 0u);
+  {
+    auto lock = ing.ReadLock();  // the Selector-style reader
+    EXPECT_EQ(ing.index().BlockCount(id), engine.TruthRouterHashes().size());
+  }
   EXPECT_EQ(View(ing, id), engine.TruthRouterHashes());
 }
 
