@@ -1,4 +1,4 @@
-// WorkerRecord: what a worker publishes about itself (architecture §11).
+// WorkerRecord: what a worker publishes about itself (architecture §11, doc/discovery.md).
 //
 // The same JSON record appears as an etcd value under `<prefix><host>:<port>`, in a
 // `--workers-file` list, in a Kubernetes Pod annotation, and is built from a
@@ -11,32 +11,62 @@
 //    "kv_replay_endpoint": "tcp://10.0.0.5:5558",
 //    "kv_block_size": 16, "dp_rank": 0, "dp_size": 1}
 //
-// Parsing (untrusted input) lives in worker_record.cc (discovery); this header is
-// plain data so the router and the simulator can share it.
+// The struct is plain data so the router and the simulator can share it. The JSON
+// functions below parse untrusted text into StatusOr (InvalidArgument naming the
+// offending field; unknown fields are ignored) and never throw.
+//
+// Thread-safety: plain data and pure functions; safe from any thread.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace infera::discovery {
 
 enum class DisaggMode : uint8_t { kMixed = 0, kPrefill = 1, kDecode = 2 };
 
 struct WorkerRecord {
-  std::string worker_id;           // "host:port", unique key
-  std::string url;                 // base URL for HTTP requests, "http://host:port"
+  std::string worker_id;  // "host:port", unique key
+  std::string url;        // base URL for HTTP requests, "http://host:port"
   std::string model_name;
-  std::string engine = "vllm";     // sglang | vllm | atom | mock
+  std::string engine = "vllm";  // sglang | vllm | atom | mock
   DisaggMode disagg_mode = DisaggMode::kMixed;
-  std::string disagg_protocol;     // sglang-bootstrap | vllm-nixl | vllm-mooncake | ""
+  std::string disagg_protocol;            // sglang-bootstrap | vllm-nixl | vllm-mooncake | ""
   std::string disagg_params_json = "{}";  // protocol parameters, raw JSON object
-  std::string kv_events_endpoint;  // "tcp://host:5557" for rank 0; rank r uses port + r
-  std::string kv_replay_endpoint;  // optional ROUTER socket for gap replay
+  std::string kv_events_endpoint;         // "tcp://host:5557" for rank 0; rank r uses port + r
+  std::string kv_replay_endpoint;         // optional ROUTER socket for gap replay
   uint32_t kv_block_size = 16;
-  uint32_t dp_rank = 0;            // first rank this record describes
-  uint32_t dp_size = 1;            // ranks dp_rank .. dp_rank + dp_size - 1
+  uint32_t dp_rank = 0;  // first rank this record describes
+  uint32_t dp_size = 1;  // ranks dp_rank .. dp_rank + dp_size - 1
 
   friend bool operator==(const WorkerRecord&, const WorkerRecord&) = default;
 };
+
+// Bounds applied when parsing; a record outside them is rejected.
+inline constexpr uint32_t kMaxKvBlockSize = 1u << 16;
+inline constexpr uint32_t kMaxDpRanks = 1u << 12;  // dp_rank + dp_size <= this
+inline constexpr size_t kMaxRecordBytes = 64 * 1024;
+
+// "mixed" | "prefill" | "decode".
+std::string_view DisaggModeName(DisaggMode mode);
+absl::StatusOr<DisaggMode> ParseDisaggMode(std::string_view name);
+
+// Parses one record from JSON text (at most kMaxRecordBytes). worker_id defaults
+// to the url's "host:port" when absent; url is required.
+absl::StatusOr<WorkerRecord> ParseWorkerRecord(std::string_view json_text);
+// Same, from an already parsed JSON value (must be an object).
+absl::StatusOr<WorkerRecord> WorkerRecordFromJson(const nlohmann::json& value);
+
+// The canonical JSON of a record; ParseWorkerRecord(SerializeWorkerRecord(r)) == r
+// for every valid r. kv_replay_endpoint is omitted when empty.
+nlohmann::json WorkerRecordToJson(const WorkerRecord& record);
+std::string SerializeWorkerRecord(const WorkerRecord& record);
+
+// "host:port" of an "http://host:port[/...]" URL; InvalidArgument otherwise.
+absl::StatusOr<std::string> HostPortOfUrl(std::string_view url);
 
 }  // namespace infera::discovery

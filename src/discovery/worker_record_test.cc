@@ -1,0 +1,151 @@
+#include "discovery/worker_record.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "nlohmann/json.hpp"
+
+namespace infera::discovery {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr std::string_view kFull = R"({
+  "worker_id": "10.0.0.5:30000", "url": "http://10.0.0.5:30000",
+  "model_name": "Qwen/Qwen3-0.6B", "engine": "sglang",
+  "disagg_mode": "prefill",
+  "disagg_meta": {"protocol": "sglang-bootstrap", "params": {"bootstrap_port": 8998}},
+  "kv_events_endpoint": "tcp://10.0.0.5:5557",
+  "kv_replay_endpoint": "tcp://10.0.0.5:5558",
+  "kv_block_size": 32, "dp_rank": 2, "dp_size": 4,
+  "some_future_field": {"nested": [1, 2, 3]}
+})";
+
+TEST(WorkerRecordTest, ParsesEveryField) {
+  auto r = ParseWorkerRecord(kFull);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->worker_id, "10.0.0.5:30000");
+  EXPECT_EQ(r->url, "http://10.0.0.5:30000");
+  EXPECT_EQ(r->model_name, "Qwen/Qwen3-0.6B");
+  EXPECT_EQ(r->engine, "sglang");
+  EXPECT_EQ(r->disagg_mode, DisaggMode::kPrefill);
+  EXPECT_EQ(r->disagg_protocol, "sglang-bootstrap");
+  EXPECT_EQ(nlohmann::json::parse(r->disagg_params_json),
+            nlohmann::json({{"bootstrap_port", 8998}}));
+  EXPECT_EQ(r->kv_events_endpoint, "tcp://10.0.0.5:5557");
+  EXPECT_EQ(r->kv_replay_endpoint, "tcp://10.0.0.5:5558");
+  EXPECT_EQ(r->kv_block_size, 32u);
+  EXPECT_EQ(r->dp_rank, 2u);
+  EXPECT_EQ(r->dp_size, 4u);
+}
+
+TEST(WorkerRecordTest, DefaultsWhenOptionalFieldsAbsentOrNull) {
+  auto r = ParseWorkerRecord(R"({"url": "http://h:1", "kv_replay_endpoint": null})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->worker_id, "h:1");  // derived from the url
+  EXPECT_EQ(r->engine, "vllm");
+  EXPECT_EQ(r->disagg_mode, DisaggMode::kMixed);
+  EXPECT_EQ(r->disagg_params_json, "{}");
+  EXPECT_EQ(r->kv_block_size, 16u);
+  EXPECT_EQ(r->dp_rank, 0u);
+  EXPECT_EQ(r->dp_size, 1u);
+  EXPECT_TRUE(r->kv_replay_endpoint.empty());
+}
+
+TEST(WorkerRecordTest, RoundTrips) {
+  auto r = ParseWorkerRecord(kFull);
+  ASSERT_TRUE(r.ok());
+  std::string text = SerializeWorkerRecord(*r);
+  auto again = ParseWorkerRecord(text);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *r);
+  // Exactly the §11 schema, with the optional replay endpoint present.
+  auto j = nlohmann::json::parse(text);
+  for (const char* key :
+       {"worker_id", "url", "model_name", "engine", "disagg_mode", "disagg_meta",
+        "kv_events_endpoint", "kv_replay_endpoint", "kv_block_size", "dp_rank", "dp_size"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["disagg_meta"]["protocol"], "sglang-bootstrap");
+  EXPECT_EQ(j["disagg_mode"], "prefill");
+}
+
+TEST(WorkerRecordTest, OmitsEmptyReplayEndpoint) {
+  WorkerRecord r;
+  r.worker_id = "a:1";
+  r.url = "http://a:1";
+  auto j = WorkerRecordToJson(r);
+  EXPECT_FALSE(j.contains("kv_replay_endpoint"));
+  auto back = WorkerRecordFromJson(j);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, r);
+}
+
+struct BadCase {
+  std::string json;
+  std::string message;
+};
+
+class WorkerRecordBadTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(WorkerRecordBadTest, RejectsWithClearError) {
+  auto r = ParseWorkerRecord(GetParam().json);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr(GetParam().message));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, WorkerRecordBadTest,
+    ::testing::Values(
+        BadCase{"", "not valid JSON"}, BadCase{"{", "not valid JSON"},
+        BadCase{"[]", "must be a JSON object"}, BadCase{"42", "must be a JSON object"},
+        BadCase{"{}", "'url' is required"}, BadCase{R"({"url": 5})", "'url' must be a string"},
+        BadCase{R"({"url": "https://h:1"})", "http://"},
+        BadCase{R"({"url": "http://host"})", "http://host:port"},
+        BadCase{R"({"url": "http://h:99999"})", "bad port"},
+        BadCase{R"({"url": "http://h:x1"})", "bad port"},
+        BadCase{R"({"url": "http://h:1", "worker_id": "a b"})", "'worker_id'"},
+        BadCase{R"({"url": "http://h:1", "engine": "trt"})", "'engine'"},
+        BadCase{R"({"url": "http://h:1", "disagg_mode": "both"})", "'disagg_mode'"},
+        BadCase{R"({"url": "http://h:1", "disagg_mode": 1})", "'disagg_mode' must be a string"},
+        BadCase{R"({"url": "http://h:1", "disagg_meta": []})", "'disagg_meta' must be an object"},
+        BadCase{R"({"url": "http://h:1", "disagg_meta": {"protocol": 1}})", "disagg_meta.protocol"},
+        BadCase{R"({"url": "http://h:1", "disagg_meta": {"params": "x"}})", "disagg_meta.params"},
+        BadCase{R"({"url": "http://h:1", "kv_events_endpoint": "h:5557"})", "tcp://"},
+        BadCase{R"({"url": "http://h:1", "kv_replay_endpoint": 3})", "'kv_replay_endpoint'"},
+        BadCase{R"({"url": "http://h:1", "kv_block_size": 0})", "must be positive"},
+        BadCase{R"({"url": "http://h:1", "kv_block_size": -16})", "must not be negative"},
+        BadCase{R"({"url": "http://h:1", "kv_block_size": 1.5})", "non-negative integer"},
+        BadCase{R"({"url": "http://h:1", "kv_block_size": "16"})", "non-negative integer"},
+        BadCase{R"({"url": "http://h:1", "kv_block_size": 1e30})", "non-negative integer"},
+        BadCase{R"({"url": "http://h:1", "kv_block_size": 18446744073709551615})", "at most"},
+        BadCase{R"({"url": "http://h:1", "dp_size": 0})", "must be positive"},
+        BadCase{R"({"url": "http://h:1", "dp_rank": 4095, "dp_size": 2})", "dp_rank + dp_size"}));
+
+TEST(WorkerRecordTest, RejectsOversizedText) {
+  std::string big = R"({"url": "http://h:1", "pad": ")" + std::string(kMaxRecordBytes, 'x') + "\"}";
+  auto r = ParseWorkerRecord(big);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("over the limit"));
+}
+
+TEST(WorkerRecordTest, SerialisesInvalidUtf8WithoutThrowing) {
+  WorkerRecord r;
+  r.worker_id = "a:1";
+  r.url = "http://a:1";
+  r.model_name = "bad\xff";
+  std::string text = SerializeWorkerRecord(r);
+  EXPECT_TRUE(ParseWorkerRecord(text).ok());
+}
+
+TEST(WorkerRecordTest, DisaggModeNames) {
+  for (DisaggMode m : {DisaggMode::kMixed, DisaggMode::kPrefill, DisaggMode::kDecode}) {
+    auto back = ParseDisaggMode(DisaggModeName(m));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, m);
+  }
+}
+
+}  // namespace
+}  // namespace infera::discovery
