@@ -31,9 +31,9 @@ class MacroCallable final : public Callable {
 // loop(...) in a `for ... recursive` loop.
 class RecursiveLoop final : public Callable {
  public:
-  RecursiveLoop(const Node* node, std::shared_ptr<Frame> frame, int depth,
-                std::function<void(const Value&, int, std::string&)> render)
-      : node_(node), frame_(std::move(frame)), depth_(depth), render_(std::move(render)) {}
+  // render(iterable, depth, out) renders the loop body over iterable one level deeper.
+  RecursiveLoop(int depth, std::function<void(const Value&, int, std::string&)> render)
+      : depth_(depth), render_(std::move(render)) {}
 
   Value Call(Interpreter& interpreter, CallArgs& args) const override {
     if (args.positional.size() != 1) ThrowRuntime("loop() takes exactly one argument");
@@ -44,8 +44,6 @@ class RecursiveLoop final : public Callable {
   std::string Repr() const override { return "<LoopContext>"; }
 
  private:
-  const Node* node_;
-  std::shared_ptr<Frame> frame_;
   int depth_;
   std::function<void(const Value&, int, std::string&)> render_;
 };
@@ -97,6 +95,13 @@ void Frame::Set(std::string_view name, Value value) {
     }
   }
   vars.emplace_back(std::string(name), std::move(value));
+}
+
+Interpreter::~Interpreter() {
+  for (const auto& weak : closures_) {
+    std::shared_ptr<Frame> frame = weak.lock();
+    for (Frame* f = frame.get(); f != nullptr; f = f->parent.get()) f->vars.clear();
+  }
 }
 
 void Interpreter::RenderTemplate(const Body& body, const Dict& context, std::string& out) {
@@ -177,9 +182,11 @@ Interpreter::Flow Interpreter::RenderNode(const Node& node, const std::shared_pt
       return Flow::kNormal;
     }
     case Node::Type::kMacro:
+      closures_.push_back(frame);
       frame->Set(node.text, Value::Function(std::make_shared<MacroCallable>(&node, frame)));
       return Flow::kNormal;
     case Node::Type::kCallBlock: {
+      closures_.push_back(frame);
       Value caller = Value::Function(std::make_shared<MacroCallable>(&node, frame));
       const Expr& call = *node.expr;
       CallArgs args = EvalArgs(call, 1, frame);
@@ -276,7 +283,7 @@ void Interpreter::RenderFor(const Node& node, const std::shared_ptr<Frame>& fram
   Value recurse;
   if (node.recursive) {
     recurse = Value::Function(std::make_shared<RecursiveLoop>(
-        &node, frame, depth, [this, &node, frame](const Value& v, int d, std::string& o) {
+        depth, [this, &node, frame](const Value& v, int d, std::string& o) {
           RenderFor(node, frame, v, d, o);
         }));
   }

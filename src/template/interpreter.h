@@ -39,6 +39,10 @@ class Interpreter {
  public:
   // now: the wall-clock time strftime_now formats (broken down, local time).
   Interpreter(const RenderLimits& limits, std::tm now) : limits_(limits), now_(now) {}
+  // Breaks the reference cycles macros form with the scopes that define them.
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   // Renders body into out with the root scope holding the context variables.
   void RenderTemplate(const Body& body, const Dict& context, std::string& out);
@@ -75,6 +79,9 @@ class Interpreter {
   int64_t iterations_ = 0;
   int call_depth_ = 0;
   const Value* filter_block_input_ = nullptr;
+  // Scopes captured by macros: a macro stored in its own scope (or in a namespace reachable
+  // from it) is a shared_ptr cycle, cleared when the render ends.
+  std::vector<std::weak_ptr<Frame>> closures_;
 };
 
 }  // namespace infera::jinja

@@ -128,20 +128,31 @@ bool IsSpace(char32_t cp) {
 }
 
 std::string Strip(std::string_view s, const std::string* chars, bool left, bool right) {
-  std::vector<char32_t> cps = Decode(s);
   std::vector<char32_t> set;
   if (chars != nullptr) set = Decode(*chars);
   auto strip_it = [&](char32_t cp) { return chars == nullptr ? IsSpace(cp) : InSet(cp, set); };
   size_t begin = 0;
-  size_t end = cps.size();
+  size_t end = s.size();
   if (left) {
-    while (begin < end && strip_it(cps[begin])) ++begin;
+    while (begin < end) {
+      size_t next = begin;
+      char32_t cp = DecodeOne(s.substr(0, end), next);
+      if (!strip_it(cp)) break;
+      begin = next;
+    }
   }
   if (right) {
-    while (end > begin && strip_it(cps[end - 1])) --end;
+    while (end > begin) {
+      size_t start = end - 1;
+      while (start > begin && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+      size_t next = start;
+      char32_t cp = DecodeOne(s.substr(0, end), next);
+      if (next != end) cp = 0xFFFD;  // a stray continuation byte
+      if (!strip_it(cp)) break;
+      end = start;
+    }
   }
-  if (begin == 0 && end == cps.size()) return std::string(s);
-  return Encode(cps, begin, end);
+  return std::string(s.substr(begin, end - begin));
 }
 
 std::vector<std::string> SplitWhitespace(std::string_view s, int64_t max_split) {

