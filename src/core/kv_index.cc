@@ -196,13 +196,14 @@ void FreeHolders(Holders v) {
 }
 
 // How far ahead of the walk the table lookups are prefetched.
-constexpr size_t kPrefetchDistance = 8;
+constexpr size_t kPrefetchDistance = 24;
 // The walk keeps the still-matching candidates as a list (not a bitset) at or
 // below this many.
-constexpr size_t kSmallList = 32;
+constexpr size_t kSmallList = 4;
 
 struct WalkScratch {
   std::vector<uint64_t> still;    // bitset over target ids (wide mode)
+  std::vector<uint64_t> planes;   // a sparse row's holders as 3 bitsets (wide mode)
   std::vector<uint32_t> pos_of;   // target id -> candidate position
   std::vector<uint32_t> run;      // candidate position -> consecutive hits
   std::vector<uint32_t> small;    // candidate positions still matching (small mode)
@@ -488,6 +489,7 @@ void KvIndex::FindMatches(std::span<const BlockHash> chain, std::span<const Targ
     for (TargetId t : candidates) max_t = std::max(max_t, t);
     words = max_t / 64 + 1;
     s.still.assign(words, 0);
+    s.planes.assign(3 * static_cast<size_t>(words), 0);
     if (s.pos_of.size() <= max_t) s.pos_of.resize(max_t + 1);
     for (uint32_t pos = 0; pos < n; ++pos) {
       const TargetId t = candidates[pos];
@@ -505,17 +507,40 @@ void KvIndex::FindMatches(std::span<const BlockHash> chain, std::span<const Targ
     if (it == table.end()) break;
     const Holders v = it->second;
     const HolderSet* set = IsHeap(v) ? Heap(v) : nullptr;
-    if (set != nullptr && set->dense) {
+    if (set != nullptr) {
+      // Planes of the row's holders: the set's own when dense; a sparse set's
+      // holders are scattered into scratch planes (and cleared again below).
+      const uint64_t *dev, *host, *disk;
+      uint32_t row_words;
+      if (set->dense) {
+        dev = set->plane(0);
+        host = set->plane(1);
+        disk = set->plane(2);
+        row_words = set->words;
+      } else {
+        for (uint32_t h : set->sparse) {
+          const TargetId t = HolderTarget(h);
+          if ((t >> 6) >= words) continue;
+          const uint32_t tiers = HolderTiers(h);
+          for (uint32_t p = 0; p < 3; ++p) {
+            if (tiers & (1u << p)) s.planes[p * words + (t >> 6)] |= uint64_t{1} << (t & 63);
+          }
+        }
+        dev = s.planes.data();
+        host = dev + words;
+        disk = host + words;
+        row_words = words;
+      }
       for (uint32_t w = 0; w < words; ++w) {
         const uint64_t still = s.still[w];
         if (!still) continue;
-        uint64_t dev = 0, host = 0, disk = 0;
-        if (w < set->words) {
-          dev = set->plane(0)[w];
-          host = set->plane(1)[w];
-          disk = set->plane(2)[w];
+        uint64_t d = 0, h = 0, k = 0;
+        if (w < row_words) {
+          d = dev[w];
+          h = host[w];
+          k = disk[w];
         }
-        uint64_t dropped = still & ~(dev | host | disk);
+        uint64_t dropped = still & ~(d | h | k);
         const uint64_t kept = still & ~dropped;
         remaining -= std::popcount(dropped);
         while (dropped) {
@@ -523,11 +548,18 @@ void KvIndex::FindMatches(std::span<const BlockHash> chain, std::span<const Targ
           dropped &= dropped - 1;
         }
         s.still[w] = kept;
-        uint64_t lower = kept & ~dev;
+        uint64_t lower = kept & ~d;
         while (lower) {
           const uint32_t bit = std::countr_zero(lower);
-          count_lower_tier(s.pos_of[w * 64 + bit], (host >> bit) & 1 ? 2u : 4u);
+          count_lower_tier(s.pos_of[w * 64 + bit], (h >> bit) & 1 ? 2u : 4u);
           lower &= lower - 1;
+        }
+      }
+      if (!set->dense) {
+        for (uint32_t h : set->sparse) {
+          const TargetId t = HolderTarget(h);
+          if ((t >> 6) >= words) continue;
+          for (uint32_t p = 0; p < 3; ++p) s.planes[p * words + (t >> 6)] = 0;
         }
       }
       if (remaining == 0) break;
@@ -544,6 +576,7 @@ void KvIndex::FindMatches(std::span<const BlockHash> chain, std::span<const Targ
       }
       continue;
     }
+    // Inline row (at most two holders): the survivors are among them.
     // Few holders (inline or sparse): the survivors are among them, at most 32.
     auto keep = [&](uint32_t h) {
       const TargetId t = HolderTarget(h);
@@ -556,12 +589,8 @@ void KvIndex::FindMatches(std::span<const BlockHash> chain, std::span<const Targ
       s.small.push_back(pos);
       count_lower_tier(pos, HolderTiers(h));
     };
-    if (set == nullptr) {
-      if (Lo(v)) keep(Lo(v));
-      if (Hi(v)) keep(Hi(v));
-    } else {
-      for (uint32_t h : set->sparse) keep(h);
-    }
+    if (Lo(v)) keep(Lo(v));
+    if (Hi(v)) keep(Hi(v));
     for (uint32_t w = 0; w < words; ++w) {
       for (uint64_t bits = s.still[w]; bits; bits &= bits - 1) {
         s.run[s.pos_of[w * 64 + std::countr_zero(bits)]] = static_cast<uint32_t>(b);

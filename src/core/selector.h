@@ -107,6 +107,7 @@ struct PickResult {
   uint32_t mm_images = 0;
   uint32_t mm_affinity_hits = 0;  // images the picked target already held
   double cost = 0;                // kv-aware: the winner's cost; least-load: its load
+  std::vector<double> costs;      // kv-aware: every candidate's cost, by position
   LoadState::ActiveGuard guard;   // releases the request's active blocks
 };
 
@@ -158,7 +159,13 @@ class Selector {
   // Per-pick scratch: chains by block size (reused across picks).
   std::vector<std::pair<size_t, std::vector<BlockHash>>> chains_;
   size_t chains_used_ = 0;
+  // Per-pick scratch of the kv-aware policy, by candidate position.
   std::vector<MatchCounts> matches_;
+  std::vector<uint32_t> request_blocks_;
+  std::vector<uint8_t> grouped_;
+  std::vector<size_t> group_;  // positions of one block-size group
+  std::vector<TargetId> group_ids_;
+  std::vector<MatchCounts> group_matches_;
 };
 
 }  // namespace infera::core

@@ -643,6 +643,26 @@ Value Indent(const std::string& input, const CallArgs& args) {
   return Value::String(std::move(rv));
 }
 
+// Jinja2's `title` filter (not str.title): words split at runs of whitespace and
+// "-({[<"; each piece gets its first code point upper-cased and the rest lower-cased.
+std::string TitleFilter(const std::string& s) {
+  std::vector<char32_t> cps = py::Decode(s);
+  auto is_sep = [](char32_t c) {
+    return py::IsSpace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+  };
+  std::string out;
+  size_t i = 0;
+  while (i < cps.size()) {
+    size_t end = i + 1;
+    bool sep = is_sep(cps[i]);
+    while (end < cps.size() && is_sep(cps[end]) == sep) ++end;
+    out += py::Upper(py::Encode(cps, i, i + 1));
+    out += py::Lower(py::Encode(cps, i + 1, end));
+    i = end;
+  }
+  return out;
+}
+
 Value ToJsonFilter(const Value& input, const CallArgs& args) {
   JsonOptions options;
   options.ensure_ascii = BoolArg(args, 0, "ensure_ascii", false);
@@ -1242,7 +1262,7 @@ Value Filter(Interpreter& in, std::string_view name, const Value& input, CallArg
   }
   if (name == "upper") return Value::String(py::Upper(StrOf(input)));
   if (name == "lower") return Value::String(py::Lower(StrOf(input)));
-  if (name == "title") return Value::String(py::Title(StrOf(input)));
+  if (name == "title") return Value::String(TitleFilter(StrOf(input)));
   if (name == "capitalize") return Value::String(py::Capitalize(StrOf(input)));
   if (name == "tojson") return ToJsonFilter(input, args);
   if (name == "list") {

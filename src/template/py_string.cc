@@ -223,15 +223,74 @@ std::string Replace(std::string_view s, std::string_view old_part, std::string_v
 }
 
 std::string Upper(std::string_view s) {
-  return MapCodePoints(s, [](char32_t c) {
-    return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c)));
-  });
+  if (IsAscii(s)) {
+    std::string out(s);
+    for (char& c : out) {
+      if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+    }
+    return out;
+  }
+  // Full case mappings CPython applies that utf8proc's simple mapping lacks.
+  std::string out;
+  for (char32_t c : Decode(s)) {
+    switch (c) {
+      case 0x00DF:
+        out += "SS";
+        continue;
+      case 0xFB00:
+        out += "FF";
+        continue;
+      case 0xFB01:
+        out += "FI";
+        continue;
+      case 0xFB02:
+        out += "FL";
+        continue;
+      case 0xFB03:
+        out += "FFI";
+        continue;
+      case 0xFB04:
+        out += "FFL";
+        continue;
+      case 0xFB05:
+      case 0xFB06:
+        out += "ST";
+        continue;
+      case 0x0149:
+        out += "\u02BCN";
+        continue;
+      default:
+        AppendUtf8(static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c))), out);
+    }
+  }
+  return out;
 }
 
 std::string Lower(std::string_view s) {
-  return MapCodePoints(s, [](char32_t c) {
-    return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
-  });
+  if (IsAscii(s)) {
+    std::string out(s);
+    for (char& c : out) {
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    }
+    return out;
+  }
+  std::vector<char32_t> cps = Decode(s);
+  std::string out;
+  for (size_t i = 0; i < cps.size(); ++i) {
+    char32_t c = cps[i];
+    if (c == 0x0130) {  // İ → i + combining dot above
+      out += "i\u0307";
+      continue;
+    }
+    if (c == 0x03A3) {  // Final sigma: after a cased letter, not before one.
+      bool after_cased = i > 0 && IsCased(cps[i - 1]);
+      bool before_cased = i + 1 < cps.size() && IsCased(cps[i + 1]);
+      out += (after_cased && !before_cased) ? "\u03C2" : "\u03C3";
+      continue;
+    }
+    AppendUtf8(static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))), out);
+  }
+  return out;
 }
 
 std::string Title(std::string_view s) {

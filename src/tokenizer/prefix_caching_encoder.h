@@ -43,9 +43,9 @@ class PrefixCachingEncoder {
 
   struct Stats {
     uint64_t calls = 0;
-    uint64_t prefix_hits = 0;        // calls that reused a remembered prefix
-    uint64_t reused_bytes = 0;       // text bytes not re-tokenized thanks to hits
-    uint64_t tokenized_bytes = 0;    // text bytes tokenized
+    uint64_t prefix_hits = 0;      // calls that reused a remembered prefix
+    uint64_t reused_bytes = 0;     // text bytes not re-tokenized thanks to hits
+    uint64_t tokenized_bytes = 0;  // text bytes tokenized
   };
   Stats stats() const;
 

@@ -10,12 +10,28 @@ import json
 import os
 
 import jinja2
-from jinja2.ext import loopcontrols
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 
 class RaisedError(jinja2.exceptions.TemplateError):
     """raise_exception(message) from a template."""
+
+
+class GenerationBlocks(Extension):
+    """{% generation %}...{% endgeneration %}: transformers registers an extension for this
+    tag (to track assistant spans); for rendering it outputs its body unchanged."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.CallBlock(self.call_method("_render", []), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
 
 
 def make_environment(now):
@@ -30,7 +46,7 @@ def make_environment(now):
         return now.strftime(format)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols])
+                                        extensions=[loopcontrols, GenerationBlocks])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now

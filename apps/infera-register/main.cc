@@ -1,0 +1,108 @@
+// infera-register: the worker-side sidecar. Registers one worker record in etcd
+// under a lease, keeps it alive, re-registers when the lease is lost, and revokes
+// it on SIGTERM/SIGINT (exit 0). See doc/discovery.md.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "discovery/etcd_registrar.h"
+#include "discovery/worker_record.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using infera::discovery::EtcdRegistrar;
+using infera::discovery::EtcdRegistrarOptions;
+using infera::discovery::WorkerRecord;
+
+std::string Message(const absl::Status& s) {
+  return std::string(s.message().data(), s.message().size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"infera-register: registers a worker record in etcd under a lease"};
+  std::string record_json, worker_id, url, model_name, engine = "vllm", disagg_mode = "mixed";
+  std::string disagg_protocol, kv_events_endpoint, kv_replay_endpoint;
+  uint32_t kv_block_size = 16, dp_rank = 0, dp_size = 1;
+  EtcdRegistrarOptions options;
+  std::string log_level = "info";
+  app.add_option("--record-json", record_json,
+                 "the whole worker record as JSON (instead of the field flags)");
+  app.add_option("--worker-id", worker_id, "worker id, host:port (default: from --url)");
+  app.add_option("--url", url, "the worker's base URL, http://host:port");
+  app.add_option("--model-name", model_name, "served model name");
+  app.add_option("--engine", engine, "sglang | vllm | atom | mock")->capture_default_str();
+  app.add_option("--disagg-mode", disagg_mode, "mixed | prefill | decode")->capture_default_str();
+  app.add_option("--disagg-protocol", disagg_protocol,
+                 "sglang-bootstrap | vllm-nixl | vllm-mooncake (PD workers)");
+  app.add_option("--kv-events-endpoint", kv_events_endpoint,
+                 "ZMQ PUB endpoint of rank dp_rank's KV events, tcp://host:port");
+  app.add_option("--kv-replay-endpoint", kv_replay_endpoint, "ZMQ ROUTER replay endpoint");
+  app.add_option("--kv-block-size", kv_block_size, "KV block (page) size")->capture_default_str();
+  app.add_option("--dp-rank", dp_rank, "first data-parallel rank")->capture_default_str();
+  app.add_option("--dp-size", dp_size, "number of data-parallel ranks")->capture_default_str();
+  app.add_option("--etcd-endpoint", options.client.endpoints, "etcd host:port[,host:port...]")
+      ->capture_default_str();
+  app.add_option("--etcd-prefix", options.prefix, "key prefix")->capture_default_str();
+  app.add_option("--lease-ttl-s", options.lease_ttl_s, "lease TTL in seconds")
+      ->capture_default_str();
+  app.add_option("--keepalive-s", options.keepalive_interval_s, "keepalive interval in seconds")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  absl::StatusOr<WorkerRecord> record;
+  if (!record_json.empty()) {
+    if (!url.empty() || !worker_id.empty()) {
+      std::fprintf(stderr, "infera-register: give --record-json or the field flags, not both\n");
+      return 2;
+    }
+    record = infera::discovery::ParseWorkerRecord(record_json);
+  } else {
+    nlohmann::json obj = {{"url", url},
+                          {"model_name", model_name},
+                          {"engine", engine},
+                          {"disagg_mode", disagg_mode},
+                          {"disagg_meta", {{"protocol", disagg_protocol}, {"params", {}}}},
+                          {"kv_events_endpoint", kv_events_endpoint},
+                          {"kv_replay_endpoint", kv_replay_endpoint},
+                          {"kv_block_size", kv_block_size},
+                          {"dp_rank", dp_rank},
+                          {"dp_size", dp_size}};
+    obj["disagg_meta"]["params"] = nlohmann::json::object();
+    if (!worker_id.empty()) obj["worker_id"] = worker_id;
+    record = infera::discovery::WorkerRecordFromJson(obj);
+  }
+  if (!record.ok()) {
+    std::fprintf(stderr, "infera-register: %s\n", Message(record.status()).c_str());
+    return 2;
+  }
+
+  // Block the shutdown signals before any thread starts, then wait for one here.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto registrar = EtcdRegistrar::Create(*record, options);
+  if (!registrar.ok()) {
+    std::fprintf(stderr, "infera-register: %s\n", Message(registrar.status()).c_str());
+    return 2;
+  }
+  spdlog::info("infera-register: keeping {} registered at {} (TTL {} s, keepalive {} s)",
+               (*registrar)->key(), options.client.endpoints, options.lease_ttl_s,
+               options.keepalive_interval_s);
+  (*registrar)->Start();
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("infera-register: signal {}, revoking", signal_number);
+  absl::Status revoked = (*registrar)->Stop();
+  if (!revoked.ok()) spdlog::warn("infera-register: {}", Message(revoked));
+  return 0;
+}
