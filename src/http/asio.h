@@ -4,6 +4,10 @@
 // including it first keeps every translation unit compiling under g++ 12.
 #pragma once
 
+// g++ 12 reports a false -Wmismatched-new-delete on Asio's coroutine frame
+// allocator (awaitable_frame_base::operator new/delete are a matching pair); the
+// warning fires at the end of whichever coroutine the optimiser inlines it into.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 // clang-format off
 #include <utility>  // must precede boost/asio (see above)
 #include <boost/asio.hpp>

@@ -57,6 +57,7 @@ struct ClientStream::Impl {
 ClientStream::ClientStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ClientStream::~ClientStream() {
+  if (cancellation_) cancellation_->Unbind();
   Impl& s = *impl_;
   bool reusable = s.done && !s.broken && !s.cancelled && s.parser.get().keep_alive() &&
                   s.buffer.size() == 0 && s.stream.socket().is_open();
@@ -139,7 +140,8 @@ size_t Client::idle_connections() const {
 
 Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
     Endpoint endpoint, std::string method, std::string target, Headers headers, std::string body,
-    Deadline deadline) {
+    Deadline deadline, std::shared_ptr<Cancellation> cancel) {
+  if (cancel && cancel->cancelled()) co_return absl::CancelledError("request cancelled");
   const std::string key = endpoint.HostPort();
   bhttp::request<bhttp::string_body> req;
   req.method_string(method);
@@ -170,7 +172,10 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
           std::min(deadline, std::chrono::steady_clock::now() +
                                  std::chrono::milliseconds(options_.connect_timeout_ms));
       conn->expires_at(connect_deadline);
+      if (cancel) cancel->Bind([&conn] { conn->cancel(); });
       co_await conn->async_connect(results, NoThrow(ec));
+      if (cancel) cancel->Unbind();
+      if (cancel && cancel->cancelled()) co_return absl::CancelledError("request cancelled");
       if (ec) {
         if (ec == beast::error::timeout && connect_deadline == deadline) {
           co_return absl::DeadlineExceededError("connect " + key + ": deadline exceeded");
@@ -188,11 +193,18 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
     if (method == "HEAD") impl->parser.skip(true);
 
     impl->stream.expires_at(deadline);
+    if (cancel) cancel->Bind([s = impl.get()] { s->stream.cancel(); });
     beast::error_code ec;
     co_await bhttp::async_write(impl->stream, req, NoThrow(ec));
     if (!ec) {
       impl->stream.expires_at(deadline);
       co_await bhttp::async_read_header(impl->stream, impl->buffer, impl->parser, NoThrow(ec));
+    }
+    if (cancel) cancel->Unbind();
+    if (cancel && cancel->cancelled()) {
+      beast::error_code cec;
+      impl->stream.socket().close(cec);
+      co_return absl::CancelledError("request cancelled");
     }
     if (ec) {
       beast::error_code cec;
@@ -207,7 +219,10 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
       impl->headers.Add(std::string(f.name_string()), std::string(f.value()));
     }
     if (impl->parser.is_done()) impl->done = true;
-    co_return std::make_unique<ClientStream>(std::move(impl));
+    auto out = std::make_unique<ClientStream>(std::move(impl));
+    if (cancel) cancel->Bind([s = out.get()] { s->Cancel(); });
+    out->cancellation_ = cancel;
+    co_return out;
   }
   co_return absl::UnavailableError("upstream " + key + " closed the connection");
 }

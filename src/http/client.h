@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +40,30 @@ struct ClientOptions {
 
 using Deadline = std::chrono::steady_clock::time_point;
 
+// Cancels an exchange from outside (a proxy whose client disconnected): Cancel()
+// closes the upstream connection of the Send or ClientStream bound to it, so a
+// pending connect, write or read ends with Cancelled. Same-loop use only.
+class Cancellation {
+ public:
+  void Cancel() {
+    if (cancelled_) return;
+    cancelled_ = true;
+    if (fn_) {
+      auto fn = std::move(fn_);
+      fn_ = nullptr;
+      fn();
+    }
+  }
+  bool cancelled() const { return cancelled_; }
+  // Used by Client/ClientStream: what Cancel() does while an exchange is pending.
+  void Bind(std::function<void()> fn) { fn_ = std::move(fn); }
+  void Unbind() { fn_ = nullptr; }
+
+ private:
+  bool cancelled_ = false;
+  std::function<void()> fn_;
+};
+
 class ClientStream {
  public:
   struct Impl;
@@ -59,7 +84,9 @@ class ClientStream {
   bool cancelled() const;
 
  private:
+  friend class Client;
   std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Cancellation> cancellation_;
 };
 
 struct ClientResponse {
@@ -78,11 +105,9 @@ class Client {
   // Parameters are taken by value: the coroutine may outlive the caller's
   // temporaries. Sends `method target` to `endpoint` (target is appended to its base_path).
   // Host, Content-Length and keep-alive are set here.
-  Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Send(Endpoint endpoint,
-                                                                std::string method,
-                                                                std::string target, Headers headers,
-                                                                std::string body,
-                                                                Deadline deadline);
+  Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Send(
+      Endpoint endpoint, std::string method, std::string target, Headers headers, std::string body,
+      Deadline deadline, std::shared_ptr<Cancellation> cancel = nullptr);
   // Send + ReadAll.
   Awaitable<absl::StatusOr<ClientResponse>> Fetch(Endpoint endpoint, std::string method,
                                                   std::string target, Headers headers,
