@@ -1,7 +1,6 @@
 #include "core/hashing.h"
 
 #include <gtest/gtest.h>
-
 #include <xxhash.h>
 
 #include <cstring>

@@ -6,7 +6,9 @@
 // own, recomputed from token ids).
 //
 // Thread-safety: none. One writer at a time; the edges decide the locking
-// (doc/kv-events.md describes the ingestion design).
+// (doc/kv-events.md describes the ingestion design). Const calls may run
+// concurrently with each other (FindMatches keeps its scratch per thread), never with
+// a writer.
 //
 // Example:
 //   KvIndex index;
@@ -86,8 +88,11 @@ class KvIndex {
   void ApplyCleared(TargetId id);
 
   // Inserts router hashes directly (tests, benchmarks, the offline simulator when it
-  // shares hashes with the router).
+  // shares hashes with the router). No engine mapping is recorded.
   void InsertRouterHashes(TargetId id, std::span<const BlockHash> router_hashes, Tier tier);
+  // Drops router hashes from `tier` directly (the counterpart of InsertRouterHashes);
+  // returns how many (target, hash, tier) entries were dropped.
+  size_t RemoveRouterHashes(TargetId id, std::span<const BlockHash> router_hashes, Tier tier);
 
   // For each candidates[i], the consecutive-prefix hits of `chain` into out[i].
   // One walk over the chain; stops when no candidate is still matching.
@@ -99,6 +104,10 @@ class KvIndex {
   size_t BlockCount(TargetId id) const;
   // (target, hash) entries across all targets.
   size_t EntryCount() const;
+  // Distinct router hashes across all targets (rows of the global table).
+  size_t DistinctHashCount() const;
+  // Engine hashes in the target's engine -> router map.
+  size_t MappedEngineHashCount(TargetId id) const;
   // Whether the target holds `router_hash` on `tier`.
   bool Holds(TargetId id, BlockHash router_hash, Tier tier) const;
   // The target's router hashes, unordered (debug views and tests).

@@ -41,9 +41,12 @@ inline constexpr int kTierCount = 3;
 enum class Role : uint8_t { kMixed = 0, kPrefill = 1, kDecode = 2 };
 inline const char* RoleName(Role r) {
   switch (r) {
-    case Role::kMixed: return "mixed";
-    case Role::kPrefill: return "prefill";
-    case Role::kDecode: return "decode";
+    case Role::kMixed:
+      return "mixed";
+    case Role::kPrefill:
+      return "prefill";
+    case Role::kDecode:
+      return "decode";
   }
   return "mixed";
 }

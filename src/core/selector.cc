@@ -1,0 +1,289 @@
+#include "core/selector.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/hashing.h"
+
+namespace infera::core {
+namespace {
+
+// Costs within this relative distance are a tie (sums of doubles are not exact).
+bool Less(double a, double b) { return a < b - 1e-9 * std::max({1.0, std::fabs(a), std::fabs(b)}); }
+
+// Python's float repr for the values weights take: 1.0, 0.5, 20.0, 1e-05.
+std::string PyFloat(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  std::string s(buf, end);
+  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
+  return s;
+}
+
+}  // namespace
+
+const char* PolicyName(Policy policy) {
+  switch (policy) {
+    case Policy::kKvAware:
+      return "kv-aware";
+    case Policy::kRoundRobin:
+      return "round-robin";
+    case Policy::kRandom:
+      return "random";
+    case Policy::kLeastLoad:
+      return "least-load";
+  }
+  return "kv-aware";
+}
+
+absl::StatusOr<Policy> ParsePolicy(std::string_view name) {
+  for (Policy p : {Policy::kKvAware, Policy::kRoundRobin, Policy::kRandom, Policy::kLeastLoad}) {
+    if (name == PolicyName(p)) return p;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown router policy '", std::string(name),
+                   "' (expected kv-aware, round-robin, random or least-load)"));
+}
+
+double PolicyConfig::OverlapWeight(Role role) const {
+  switch (role) {
+    case Role::kPrefill:
+      return prefill_overlap_weight.value_or(overlap_weight);
+    case Role::kDecode:
+      return decode_overlap_weight.value_or(overlap_weight);
+    case Role::kMixed:
+      break;
+  }
+  return overlap_weight;
+}
+
+absl::Status PolicyConfig::Validate() const {
+  auto check = [](const char* flag, double v) -> absl::Status {
+    if (!std::isfinite(v) || v < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " must be a finite number >= 0, got ", v));
+    }
+    return absl::OkStatus();
+  };
+  for (auto [flag, v] : {std::pair{"--kv-overlap-weight", overlap_weight},
+                         std::pair{"--kv-host-hit-weight", host_hit_weight},
+                         std::pair{"--kv-disk-hit-weight", disk_hit_weight},
+                         std::pair{"multimodal weight factor", mm_weight_factor}}) {
+    if (absl::Status s = check(flag, v); !s.ok()) return s;
+  }
+  if (prefill_overlap_weight) {
+    if (absl::Status s = check("--kv-prefill-overlap-weight", *prefill_overlap_weight); !s.ok()) {
+      return s;
+    }
+  }
+  if (decode_overlap_weight) {
+    if (absl::Status s = check("--kv-decode-overlap-weight", *decode_overlap_weight); !s.ok()) {
+      return s;
+    }
+  }
+  if (!(recent_decay >= 0 && recent_decay <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-recent-decay must be in [0, 1], got ", recent_decay));
+  }
+  return absl::OkStatus();
+}
+
+std::string FormatPickLog(const PickResult& r) {
+  if (r.policy == Policy::kRoundRobin || r.policy == Policy::kRandom) {
+    return absl::StrCat("pick policy=", PolicyName(r.policy), " role=", RoleName(r.role),
+                        " picked=", r.picked_name);
+  }
+  return absl::StrCat("pick policy=", PolicyName(r.policy), " role=", RoleName(r.role),
+                      " request_id=", r.request_id, " picked=", r.picked_name,
+                      " cache_hits=", r.cache_hits, " request_blocks=", r.request_blocks,
+                      " active_blocks=", r.active_blocks, " w_overlap=", PyFloat(r.w_overlap),
+                      " mm_images=", r.mm_images, " mm_affinity_hits=", r.mm_affinity_hits);
+}
+
+Selector::Selector(const PolicyConfig& config, const KvIndex& index)
+    : config_(config),
+      index_(index),
+      load_(config.recent_decay),
+      images_(ImageAffinity::kDefaultCapacity),
+      random_(config.random_seed) {}
+
+const std::vector<BlockHash>& Selector::ChainFor(const RoutingInput& input, size_t block_size) {
+  for (size_t i = 0; i < chains_used_; ++i) {
+    if (chains_[i].first == block_size) return chains_[i].second;
+  }
+  if (chains_used_ == chains_.size()) chains_.emplace_back();
+  auto& [size, chain] = chains_[chains_used_++];
+  size = block_size;
+  chain.clear();
+  AppendChain(*input.tokens, block_size, 0, chain);
+  return chain;
+}
+
+absl::StatusOr<PickResult> Selector::Pick(const RoutingInput& input,
+                                          std::span<const TargetId> candidates) {
+  if (candidates.empty()) return absl::InvalidArgumentError("no candidate targets");
+  for (TargetId t : candidates) {
+    if (index_.BlockSize(t) == 0) {
+      return absl::FailedPreconditionError(absl::StrCat("candidate ", t, " is not a live target"));
+    }
+  }
+  chains_used_ = 0;
+  PickResult result;
+  switch (config_.policy) {
+    case Policy::kKvAware:
+      result = PickKvAware(input, candidates);
+      break;
+    case Policy::kRoundRobin:
+      result.picked = candidates[PickRoundRobin(candidates)];
+      break;
+    case Policy::kRandom:
+      result.picked = candidates[random_.Uniform(candidates.size())];
+      break;
+    case Policy::kLeastLoad:
+      result.picked = candidates[PickLeastLoad(candidates)];
+      result.cost = load_.Load(result.picked);
+      break;
+  }
+  Finish(input, result.picked, result);
+  return result;
+}
+
+PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const TargetId> candidates) {
+  PickResult result;
+  const size_t n = candidates.size();
+  const double w = config_.OverlapWeight(input.role);
+  const bool has_images = !input.image_keys.empty();
+  // Text overlap is not trusted when images are present: the placeholder tokens are
+  // the same for every image. Image affinity replaces it, in the prefill/mixed pool.
+  const bool use_tokens = input.tokens.has_value() && !has_images;
+  const bool use_images = has_images && input.role != Role::kDecode;
+  result.w_overlap = use_tokens ? w : 0.0;
+  const double w_mm = use_images ? config_.mm_weight_factor * w : 0.0;
+
+  // Consecutive-prefix hits, one hash and one walk per distinct block size.
+  matches_.assign(n, MatchCounts{});
+  request_blocks_.assign(n, 0);
+  grouped_.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (grouped_[i]) continue;
+    const size_t block_size = index_.BlockSize(candidates[i]);
+    group_.clear();
+    group_ids_.clear();
+    for (size_t j = i; j < n; ++j) {
+      if (!grouped_[j] && index_.BlockSize(candidates[j]) == block_size) {
+        grouped_[j] = 1;
+        group_.push_back(j);
+        group_ids_.push_back(candidates[j]);
+      }
+    }
+    uint32_t blocks;
+    if (use_tokens) {
+      const std::vector<BlockHash>& chain = ChainFor(input, block_size);
+      blocks = static_cast<uint32_t>(chain.size());
+      if (group_.size() == n) {
+        index_.FindMatches(chain, candidates, matches_);
+      } else {
+        group_matches_.assign(group_.size(), MatchCounts{});
+        index_.FindMatches(chain, group_ids_, group_matches_);
+        for (size_t k = 0; k < group_.size(); ++k) matches_[group_[k]] = group_matches_[k];
+      }
+    } else if (input.tokens.has_value()) {
+      blocks = static_cast<uint32_t>(input.tokens->size() / block_size);
+    } else {
+      blocks = static_cast<uint32_t>(input.estimated_tokens / block_size);
+    }
+    for (size_t k : group_) request_blocks_[k] = blocks;
+  }
+
+  size_t best = 0;
+  double best_cost = 0, best_load = 0, best_credited = 0;
+  result.costs.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const TargetId t = candidates[i];
+    const MatchCounts& m = matches_[i];
+    const double credited = m.device_hits + config_.host_hit_weight * m.host_hits +
+                            config_.disk_hit_weight * m.disk_hits;
+    const double load = load_.Load(t);
+    double cost = result.w_overlap * (request_blocks_[i] - credited) + load;
+    if (use_images) {
+      const size_t held = images_.CountHeld(t, input.image_keys);
+      cost += w_mm * static_cast<double>(input.image_keys.size() - held);
+    }
+    result.costs[i] = cost;
+    if (i == 0 || Less(cost, best_cost) || (!Less(best_cost, cost) && Less(load, best_load))) {
+      best = i;
+      best_cost = cost;
+      best_load = load;
+      best_credited = credited;
+    }
+  }
+  const TargetId winner = candidates[best];
+  result.picked = winner;
+  result.cost = best_cost;
+  result.hits = matches_[best];
+  result.cache_hits = matches_[best].total();
+  result.mm_images = static_cast<uint32_t>(input.image_keys.size());
+  if (use_images) {
+    result.mm_affinity_hits = static_cast<uint32_t>(images_.CountHeld(winner, input.image_keys));
+    images_.Record(winner, input.image_keys);
+  }
+  // Infera's recent-blocks term: everyone decays, the winner pays what it missed.
+  load_.DecayRecent();
+  load_.ChargeRecent(winner, request_blocks_[best] - best_credited);
+  return result;
+}
+
+size_t Selector::PickRoundRobin(std::span<const TargetId> candidates) {
+  uint64_t& next =
+      rotations_.try_emplace(std::vector<TargetId>(candidates.begin(), candidates.end()), 0)
+          .first->second;
+  return next++ % candidates.size();
+}
+
+size_t Selector::PickLeastLoad(std::span<const TargetId> candidates) const {
+  size_t best = 0;
+  double best_load = load_.Load(candidates[0]);
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    const double load = load_.Load(candidates[i]);
+    if (Less(load, best_load)) {
+      best = i;
+      best_load = load;
+    }
+  }
+  return best;
+}
+
+void Selector::Finish(const RoutingInput& input, TargetId picked, PickResult& result) {
+  result.policy = config_.policy;
+  result.role = input.role;
+  result.request_id = std::string(input.request_id);
+  result.picked = picked;
+  result.picked_name = index_.Key(picked).ToString();
+  if (result.policy != Policy::kKvAware) {
+    result.mm_images = static_cast<uint32_t>(input.image_keys.size());
+  }
+  const size_t block_size = index_.BlockSize(picked);
+  result.active_blocks = load_.ActiveBlocks(picked);
+  if (input.tokens.has_value()) {
+    const std::vector<BlockHash>& chain = ChainFor(input, block_size);
+    result.request_blocks = static_cast<uint32_t>(chain.size());
+    result.guard = load_.AddActive(picked, chain);
+  } else {
+    result.request_blocks = static_cast<uint32_t>(input.estimated_tokens / block_size);
+    result.guard = load_.AddActive(picked, {}, result.request_blocks);
+  }
+}
+
+void Selector::RemoveTarget(TargetId target) {
+  load_.RemoveTarget(target);
+  images_.RemoveTarget(target);
+  absl::erase_if(rotations_, [&](const auto& entry) {
+    return std::find(entry.first.begin(), entry.first.end(), target) != entry.first.end();
+  });
+}
+
+}  // namespace infera::core

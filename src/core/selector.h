@@ -1,0 +1,171 @@
+// Selector: picks the target for one request (doc/selection.md).
+//
+// Policies:
+//  * kv-aware:  cost(t) = w × (request_blocks − credited_hits(t)) + load(t), lowest
+//    wins; ties go to the lower load, then to the earlier candidate.
+//      w = the role's overlap weight (prefill/decode) when set, else overlap_weight.
+//      credited_hits = device hits + host_hit_weight × host hits
+//                      + disk_hit_weight × disk hits (consecutive prefix, KvIndex).
+//      load(t) = active blocks + recent blocks (LoadState).
+//    Requests without token ids have no cache term (w_overlap = 0).
+//    Requests with images (mixed/prefill roles): w_overlap = 0 and an image term
+//    w_mm × images_not_held(t), w_mm = mm_weight_factor × w; the winner records the
+//    images. Decode picks of image requests route by load alone.
+//    After the pick: every target's recent blocks decay, and the winner is charged
+//    the blocks it missed.
+//  * round-robin: one rotation per distinct candidate list, so prefill and decode
+//    pools (and any other subsets) rotate independently.
+//  * random: uniform over the candidates (seeded core::Random).
+//  * least-load: lowest load(t); ties to the earlier candidate.
+// Every policy adds the request's blocks to the winner's active blocks and returns
+// the guard that releases them.
+//
+// The request is hashed once per distinct block size among the candidates (block
+// size is per target, KvIndex::BlockSize), and only when the policy needs it.
+//
+// Thread-safety: none. The server calls Pick (and releases guards, and calls
+// RemoveTarget) under one mutex, and holds the KvIndex read-side while picking; the
+// offline simulator calls it from its single thread in virtual time.
+//
+// Example:
+//   Selector selector(config, index);
+//   RoutingInput input{.role = Role::kMixed, .request_id = "r1", .tokens = ids};
+//   absl::StatusOr<PickResult> pick = selector.Pick(input, candidates);
+//   spdlog::info("{}", FormatPickLog(*pick));
+//   ... proxy to pick->picked; pick->guard releases the active blocks at scope exit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "core/clock.h"
+#include "core/image_affinity.h"
+#include "core/kv_index.h"
+#include "core/load_state.h"
+#include "core/types.h"
+
+namespace infera::core {
+
+enum class Policy : uint8_t { kKvAware, kRoundRobin, kRandom, kLeastLoad };
+
+// "kv-aware", "round-robin", "random", "least-load".
+const char* PolicyName(Policy policy);
+// Parses a --router-policy value (the names above).
+absl::StatusOr<Policy> ParsePolicy(std::string_view name);
+
+struct PolicyConfig {
+  Policy policy = Policy::kKvAware;
+  double overlap_weight = 1.0;                   // --kv-overlap-weight
+  std::optional<double> prefill_overlap_weight;  // --kv-prefill-overlap-weight
+  std::optional<double> decode_overlap_weight;   // --kv-decode-overlap-weight
+  double host_hit_weight = 0.75;                 // --kv-host-hit-weight
+  double disk_hit_weight = 0.25;                 // --kv-disk-hit-weight
+  double recent_decay = 0.97;                    // --kv-recent-decay (0 = off)
+  double mm_weight_factor = 48.0;                // w_mm = factor × w
+  uint64_t random_seed = 0;                      // the random policy's seed
+
+  // The overlap weight for `role`: the per-role weight when set, else the global one.
+  double OverlapWeight(Role role) const;
+  // InvalidArgument for negative or non-finite weights, or a decay outside [0, 1].
+  absl::Status Validate() const;
+};
+
+// What the selector needs to know about one request.
+struct RoutingInput {
+  Role role = Role::kMixed;
+  std::string_view request_id;
+  // The prompt's token ids; nullopt when the router could not tokenize (then there
+  // is no cache term, and `estimated_tokens` sizes the load the request adds).
+  std::optional<std::span<const TokenId>> tokens;
+  size_t estimated_tokens = 0;
+  // ImageKey() of each image/audio/document reference the request carries.
+  std::span<const uint64_t> image_keys;
+};
+
+struct PickResult {
+  Policy policy = Policy::kKvAware;
+  Role role = Role::kMixed;
+  std::string request_id;
+  TargetId picked = 0;
+  std::string picked_name;  // TargetKey::ToString() of `picked`
+  // The picked target's consecutive-prefix hits, all tiers (cache_hits) and split.
+  uint32_t cache_hits = 0;
+  MatchCounts hits;
+  // Full blocks of the prompt in the picked target's block size (from the estimate
+  // when there are no tokens).
+  uint32_t request_blocks = 0;
+  // The picked target's active blocks before this request was added.
+  size_t active_blocks = 0;
+  double w_overlap = 0;
+  uint32_t mm_images = 0;
+  uint32_t mm_affinity_hits = 0;  // images the picked target already held
+  double cost = 0;                // kv-aware: the winner's cost; least-load: its load
+  std::vector<double> costs;      // kv-aware: every candidate's cost, by position
+  LoadState::ActiveGuard guard;   // releases the request's active blocks
+};
+
+// The pick log line (architecture §6), without a trailing newline:
+//   kv-aware, least-load: "pick policy=<p> role=<r> request_id=<id> picked=<target>
+//     cache_hits=<n> request_blocks=<n> active_blocks=<n> w_overlap=<w> mm_images=<n>
+//     mm_affinity_hits=<n>" (one line)
+//   round-robin, random:  "pick policy=<p> role=<r> picked=<target>"
+// w_overlap prints like Python's float repr for the usual values (1.0, 0.5, 20.0).
+std::string FormatPickLog(const PickResult& result);
+
+class Selector {
+ public:
+  // REQUIRES: config.Validate().ok(). `index` must outlive the selector.
+  Selector(const PolicyConfig& config, const KvIndex& index);
+  Selector(const Selector&) = delete;
+  Selector& operator=(const Selector&) = delete;
+
+  // Picks one of `candidates` for the request.
+  // InvalidArgument when `candidates` is empty. REQUIRES: candidates are live in the
+  // index and distinct.
+  absl::StatusOr<PickResult> Pick(const RoutingInput& input, std::span<const TargetId> candidates);
+
+  // Drops the target's load, affinity and rotation state. Call it when the target
+  // leaves the index (its id may be reused).
+  void RemoveTarget(TargetId target);
+
+  const PolicyConfig& config() const { return config_; }
+  LoadState& load() { return load_; }
+  const LoadState& load() const { return load_; }
+  ImageAffinity& images() { return images_; }
+  const ImageAffinity& images() const { return images_; }
+
+ private:
+  PickResult PickKvAware(const RoutingInput& input, std::span<const TargetId> candidates);
+  size_t PickRoundRobin(std::span<const TargetId> candidates);
+  size_t PickLeastLoad(std::span<const TargetId> candidates) const;
+  // Fills in the common fields and adds the winner's active blocks.
+  void Finish(const RoutingInput& input, TargetId picked, PickResult& result);
+  const std::vector<BlockHash>& ChainFor(const RoutingInput& input, size_t block_size);
+
+  PolicyConfig config_;
+  const KvIndex& index_;
+  LoadState load_;
+  ImageAffinity images_;
+  Random random_;
+  // Per distinct candidate list: the next position of its rotation.
+  absl::flat_hash_map<std::vector<TargetId>, uint64_t> rotations_;
+  // Per-pick scratch: chains by block size (reused across picks).
+  std::vector<std::pair<size_t, std::vector<BlockHash>>> chains_;
+  size_t chains_used_ = 0;
+  // Per-pick scratch of the kv-aware policy, by candidate position.
+  std::vector<MatchCounts> matches_;
+  std::vector<uint32_t> request_blocks_;
+  std::vector<uint8_t> grouped_;
+  std::vector<size_t> group_;  // positions of one block-size group
+  std::vector<TargetId> group_ids_;
+  std::vector<MatchCounts> group_matches_;
+};
+
+}  // namespace infera::core

@@ -1,0 +1,435 @@
+#include "core/selector.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <set>
+
+#include "core/hashing.h"
+
+namespace infera::core {
+namespace {
+
+constexpr size_t kBlock = 4;
+
+// A fleet of named targets over one index, and a 10-block prompt.
+class SelectorTest : public ::testing::Test {
+ protected:
+  SelectorTest() : tokens_(10 * kBlock) {
+    std::iota(tokens_.begin(), tokens_.end(), 100);
+    chain_ = HashChain(tokens_, kBlock);
+    w0_ = index_.AddTarget({"w0:8000", 0}, kBlock);
+    w1_ = index_.AddTarget({"w1:8000", 0}, kBlock);
+  }
+
+  RoutingInput Input(Role role = Role::kMixed) {
+    RoutingInput in;
+    in.role = role;
+    in.request_id = "req-1";
+    in.tokens = std::span<const TokenId>(tokens_);
+    return in;
+  }
+
+  // Gives `t` `n` in-flight blocks unrelated to the prompt.
+  void Busy(Selector& s, TargetId t, size_t n) {
+    std::vector<BlockHash> blocks;
+    for (size_t i = 0; i < n; ++i) blocks.push_back(0xB000 + t * 1000 + i);
+    busy_.push_back(s.load().AddActive(t, blocks));
+  }
+
+  // The spec's worked example: W0 caches 8 of the 10 blocks and has 6 active blocks;
+  // W1 is cold with 1 active block.
+  void WorkedExample(Selector& s) {
+    index_.InsertRouterHashes(w0_, std::span(chain_).first(8), Tier::kDevice);
+    Busy(s, w0_, 6);
+    Busy(s, w1_, 1);
+  }
+
+  PolicyConfig Config(double w = 1.0) {
+    PolicyConfig c;
+    c.overlap_weight = w;
+    return c;
+  }
+
+  // A selector whose LoadState outlives the fixture's guards (members are destroyed
+  // in reverse order: busy_ first).
+  Selector& Make(const PolicyConfig& config) {
+    busy_.clear();
+    selector_ = std::make_unique<Selector>(config, index_);
+    return *selector_;
+  }
+
+  KvIndex index_;
+  std::vector<TokenId> tokens_;
+  std::vector<BlockHash> chain_;
+  TargetId w0_, w1_;
+  std::unique_ptr<Selector> selector_;
+  std::vector<LoadState::ActiveGuard> busy_;
+};
+
+TEST_F(SelectorTest, SpecWorkedExample) {
+  Selector& s = Make(Config(1.0));
+  WorkedExample(s);
+  const TargetId cands[] = {w0_, w1_};
+  auto pick = s.Pick(Input(), cands);
+  ASSERT_TRUE(pick.ok()) << pick.status();
+  EXPECT_EQ(pick->picked, w0_);
+  EXPECT_DOUBLE_EQ(pick->costs[0], 8);
+  EXPECT_DOUBLE_EQ(pick->costs[1], 11);
+  EXPECT_DOUBLE_EQ(pick->cost, 8);
+  EXPECT_EQ(pick->cache_hits, 8u);
+  EXPECT_EQ(pick->request_blocks, 10u);
+  EXPECT_EQ(pick->active_blocks, 6u);
+  EXPECT_EQ(FormatPickLog(*pick),
+            "pick policy=kv-aware role=mixed request_id=req-1 picked=w0:8000 cache_hits=8 "
+            "request_blocks=10 active_blocks=6 w_overlap=1.0 mm_images=0 mm_affinity_hits=0");
+  // The pick added the request's 10 blocks to W0's active set.
+  EXPECT_EQ(s.load().ActiveBlocks(w0_), 16u);
+}
+
+TEST_F(SelectorTest, RaisingTheWeightWidensTheMargin) {
+  Selector& s = Make(Config(3.0));
+  WorkedExample(s);
+  const TargetId cands[] = {w0_, w1_};
+  auto pick = s.Pick(Input(), cands);
+  ASSERT_TRUE(pick.ok());
+  EXPECT_EQ(pick->picked, w0_);
+  EXPECT_DOUBLE_EQ(pick->costs[0], 3.0 * 2 + 6);
+  EXPECT_DOUBLE_EQ(pick->costs[1], 3.0 * 10 + 1);
+  EXPECT_GT(pick->costs[1] - pick->costs[0], 11.0 - 8.0);
+}
+
+TEST_F(SelectorTest, ZeroWeightIsPureLoad) {
+  Selector& s = Make(Config(0.0));
+  WorkedExample(s);
+  const TargetId cands[] = {w0_, w1_};
+  auto pick = s.Pick(Input(), cands);
+  ASSERT_TRUE(pick.ok());
+  EXPECT_EQ(pick->picked, w1_);
+  EXPECT_DOUBLE_EQ(pick->costs[0], 6);
+  EXPECT_DOUBLE_EQ(pick->costs[1], 1);
+  EXPECT_EQ(pick->w_overlap, 0.0);
+  EXPECT_NE(FormatPickLog(*pick).find(" w_overlap=0.0 "), std::string::npos);
+}
+
+TEST_F(SelectorTest, PerRoleWeightsOverrideAndFallBack) {
+  PolicyConfig c = Config(1.0);
+  c.prefill_overlap_weight = 20.0;
+  EXPECT_EQ(c.OverlapWeight(Role::kPrefill), 20.0);
+  EXPECT_EQ(c.OverlapWeight(Role::kDecode), 1.0);  // unset: the global weight
+  EXPECT_EQ(c.OverlapWeight(Role::kMixed), 1.0);
+  c.decode_overlap_weight = 0.5;
+  EXPECT_EQ(c.OverlapWeight(Role::kDecode), 0.5);
+
+  Selector& s = Make(c);
+  WorkedExample(s);
+  const TargetId cands[] = {w0_, w1_};
+  auto prefill = s.Pick(Input(Role::kPrefill), cands);
+  ASSERT_TRUE(prefill.ok());
+  EXPECT_EQ(prefill->w_overlap, 20.0);
+  EXPECT_DOUBLE_EQ(prefill->costs[1], 20.0 * 10 + 1);
+  EXPECT_EQ(FormatPickLog(*prefill).substr(0, 31), "pick policy=kv-aware role=prefi");
+  EXPECT_NE(FormatPickLog(*prefill).find(" w_overlap=20.0 "), std::string::npos);
+  auto decode = s.Pick(Input(Role::kDecode), cands);
+  ASSERT_TRUE(decode.ok());
+  EXPECT_EQ(decode->w_overlap, 0.5);
+  EXPECT_NE(FormatPickLog(*decode).find(" role=decode "), std::string::npos);
+}
+
+TEST_F(SelectorTest, TieGoesToLowerLoadThenCandidateOrder) {
+  PolicyConfig c = Config(1.0);
+  c.recent_decay = 0;  // keep loads exactly as set between picks
+  Selector& s = Make(c);
+  // W0: 4 hits, no load -> 6 + 0. W1: 6 hits, 2 active -> 4 + 2. Equal cost 6.
+  index_.InsertRouterHashes(w0_, std::span(chain_).first(4), Tier::kDevice);
+  index_.InsertRouterHashes(w1_, std::span(chain_).first(6), Tier::kDevice);
+  Busy(s, w1_, 2);
+  const TargetId w1_first[] = {w1_, w0_};
+  auto pick = s.Pick(Input(), w1_first);
+  ASSERT_TRUE(pick.ok());
+  EXPECT_DOUBLE_EQ(pick->costs[0], pick->costs[1]);
+  EXPECT_EQ(pick->picked, w0_);  // lower load, although listed second
+  pick->guard.Release();
+
+  // Equal cost and equal load: candidate order decides.
+  const TargetId w2 = index_.AddTarget({"w2:8000", 0}, kBlock);
+  const TargetId w3 = index_.AddTarget({"w3:8000", 0}, kBlock);
+  const TargetId order_a[] = {w2, w3};
+  const TargetId order_b[] = {w3, w2};
+  auto a = s.Pick(Input(), order_a);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->picked, w2);
+  a->guard.Release();
+  auto b = s.Pick(Input(), order_b);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->picked, w3);
+}
+
+TEST_F(SelectorTest, LowerTierHitsEarnPartialCredit) {
+  index_.InsertRouterHashes(w0_, std::span(chain_).first(8), Tier::kHost);
+  index_.InsertRouterHashes(w1_, std::span(chain_).first(7), Tier::kDevice);
+  const TargetId cands[] = {w0_, w1_};
+  {
+    Selector& s = Make(Config(1.0));  // host hit = 0.75 of a device hit
+    auto pick = s.Pick(Input(), cands);
+    ASSERT_TRUE(pick.ok());
+    EXPECT_DOUBLE_EQ(pick->costs[0], 10 - 0.75 * 8);  // 4
+    EXPECT_DOUBLE_EQ(pick->costs[1], 10 - 7);         // 3
+    EXPECT_EQ(pick->picked, w1_);
+  }
+  {
+    PolicyConfig c = Config(1.0);
+    c.host_hit_weight = 1.0;  // host as good as device: W0's 8 hits win
+    Selector& s = Make(c);
+    auto pick = s.Pick(Input(), cands);
+    ASSERT_TRUE(pick.ok());
+    EXPECT_EQ(pick->picked, w0_);
+    EXPECT_EQ(pick->hits.host_hits, 8u);
+    EXPECT_EQ(pick->cache_hits, 8u);
+  }
+  {
+    PolicyConfig c = Config(1.0);
+    Selector& s = Make(c);
+    index_.InsertRouterHashes(w0_, std::span(chain_).first(8), Tier::kDisk);
+    index_.RemoveRouterHashes(w0_, std::span(chain_).first(8), Tier::kHost);
+    auto pick = s.Pick(Input(), cands);
+    ASSERT_TRUE(pick.ok());
+    EXPECT_DOUBLE_EQ(pick->costs[0], 10 - 0.25 * 8);
+  }
+}
+
+TEST_F(SelectorTest, WithoutTokensThereIsNoCacheTerm) {
+  Selector& s = Make(Config(1.0));
+  WorkedExample(s);
+  RoutingInput in;
+  in.request_id = "r";
+  in.estimated_tokens = 10 * kBlock + 3;
+  const TargetId cands[] = {w0_, w1_};
+  auto pick = s.Pick(in, cands);
+  ASSERT_TRUE(pick.ok());
+  EXPECT_EQ(pick->w_overlap, 0.0);
+  EXPECT_EQ(pick->picked, w1_);  // only load counts: 6 vs 1
+  EXPECT_EQ(pick->cache_hits, 0u);
+  EXPECT_EQ(pick->request_blocks, 10u);
+  EXPECT_EQ(s.load().ActiveBlocks(w1_), 11u);  // estimate's blocks are in flight
+  pick->guard.Release();
+  EXPECT_EQ(s.load().ActiveBlocks(w1_), 1u);
+}
+
+TEST_F(SelectorTest, HashesOncePerBlockSize) {
+  const TargetId w8 = index_.AddTarget({"w8:8000", 0}, 2 * kBlock);
+  index_.InsertRouterHashes(w0_, std::span(chain_).first(3), Tier::kDevice);
+  const auto chain8 = HashChain(tokens_, 2 * kBlock);  // 5 blocks of 8
+  index_.InsertRouterHashes(w8, std::span(chain8).first(4), Tier::kDevice);
+  PolicyConfig c = Config(1.0);
+  Selector& s = Make(c);
+  const TargetId cands[] = {w0_, w8, w1_};
+  auto pick = s.Pick(Input(), cands);
+  ASSERT_TRUE(pick.ok());
+  EXPECT_DOUBLE_EQ(pick->costs[0], 10 - 3);
+  EXPECT_DOUBLE_EQ(pick->costs[1], 5 - 4);
+  EXPECT_DOUBLE_EQ(pick->costs[2], 10);
+  EXPECT_EQ(pick->picked, w8);
+  EXPECT_EQ(pick->request_blocks, 5u);
+  EXPECT_EQ(pick->cache_hits, 4u);
+  EXPECT_EQ(s.load().ActiveBlocks(w8), 5u);
+}
+
+TEST_F(SelectorTest, GuardReleasedExactlyOnceOnEveryPath) {
+  for (Policy p : {Policy::kKvAware, Policy::kRoundRobin, Policy::kRandom, Policy::kLeastLoad}) {
+    SCOPED_TRACE(PolicyName(p));
+    PolicyConfig c = Config(1.0);
+    c.policy = p;
+    Selector& s = Make(c);
+    const TargetId cands[] = {w0_, w1_};
+    // Completion: explicit release, then the destructor does nothing more.
+    {
+      auto pick = s.Pick(Input(), cands);
+      ASSERT_TRUE(pick.ok());
+      EXPECT_EQ(s.load().ActiveBlocks(pick->picked), 10u);
+      pick->guard.Release();
+      pick->guard.Release();
+      EXPECT_EQ(s.load().ActiveBlocks(pick->picked), 0u);
+    }
+    EXPECT_EQ(s.load().PendingGuards(), 0u);
+    // Abandoned pick: the result is dropped unreleased.
+    { ASSERT_TRUE(s.Pick(Input(), cands).ok()); }
+    EXPECT_EQ(s.load().PendingGuards(), 0u);
+    // Hand-off: the guard moves into the request's state (e.g. a PD response guard).
+    LoadState::ActiveGuard moved;
+    TargetId picked;
+    {
+      auto pick = s.Pick(Input(), cands);
+      ASSERT_TRUE(pick.ok());
+      picked = pick->picked;
+      moved = std::move(pick->guard);
+    }
+    EXPECT_EQ(s.load().ActiveBlocks(picked), 10u);
+    // Failure after the target left: RemoveTarget drops the load, the late release
+    // is a no-op, and a new target on the same id is not affected.
+    s.RemoveTarget(picked);
+    Busy(s, picked, 3);
+    moved.Release();
+    EXPECT_EQ(s.load().ActiveBlocks(picked), 3u);
+    busy_.clear();
+    EXPECT_EQ(s.load().PendingGuards(), 0u);
+  }
+}
+
+TEST_F(SelectorTest, RoundRobinRotatesPerCandidateSet) {
+  PolicyConfig c;
+  c.policy = Policy::kRoundRobin;
+  Selector& s = Make(c);
+  const TargetId a = w0_, b = w1_;
+  const TargetId p = index_.AddTarget({"p:1", 0}, kBlock);
+  const TargetId d1 = index_.AddTarget({"d1:1", 0}, kBlock);
+  const TargetId d2 = index_.AddTarget({"d2:1", 0}, kBlock);
+  const TargetId prefill_pool[] = {a, b, p};
+  const TargetId decode_pool[] = {d1, d2};
+  std::vector<TargetId> prefill_picks, decode_picks;
+  for (int i = 0; i < 4; ++i) {
+    auto pp = s.Pick(Input(Role::kPrefill), prefill_pool);
+    auto dp = s.Pick(Input(Role::kDecode), decode_pool);
+    ASSERT_TRUE(pp.ok() && dp.ok());
+    prefill_picks.push_back(pp->picked);
+    decode_picks.push_back(dp->picked);
+  }
+  EXPECT_EQ(prefill_picks, (std::vector<TargetId>{a, b, p, a}));
+  EXPECT_EQ(decode_picks, (std::vector<TargetId>{d1, d2, d1, d2}));
+  auto pick = s.Pick(Input(Role::kDecode), decode_pool);
+  ASSERT_TRUE(pick.ok());
+  EXPECT_EQ(FormatPickLog(*pick), "pick policy=round-robin role=decode picked=d1:1");
+  // A target leaving resets the rotations that included it.
+  s.RemoveTarget(d2);
+  index_.RemoveTarget(d2);
+}
+
+TEST_F(SelectorTest, RandomIsSeededAndCoversCandidates) {
+  PolicyConfig c;
+  c.policy = Policy::kRandom;
+  c.random_seed = 42;
+  Selector s1(c, index_), s2(c, index_);
+  const TargetId cands[] = {w0_, w1_};
+  std::set<TargetId> seen;
+  for (int i = 0; i < 64; ++i) {
+    auto x = s1.Pick(Input(), cands);
+    auto y = s2.Pick(Input(), cands);
+    ASSERT_TRUE(x.ok() && y.ok());
+    EXPECT_EQ(x->picked, y->picked);
+    seen.insert(x->picked);
+  }
+  EXPECT_EQ(seen.size(), 2u);
+}
+
+TEST_F(SelectorTest, LeastLoadPicksLowestLoadThenOrder) {
+  PolicyConfig c;
+  c.policy = Policy::kLeastLoad;
+  Selector& s = Make(c);
+  index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);  // cache is ignored
+  Busy(s, w0_, 2);
+  Busy(s, w1_, 1);
+  const TargetId cands[] = {w0_, w1_};
+  auto pick = s.Pick(Input(), cands);
+  ASSERT_TRUE(pick.ok());
+  EXPECT_EQ(pick->picked, w1_);
+  EXPECT_DOUBLE_EQ(pick->cost, 1);
+  EXPECT_EQ(FormatPickLog(*pick).substr(0, 40), "pick policy=least-load role=mixed reques");
+  // Now w1 has 11 blocks: w0 (2) is least loaded.
+  auto next = s.Pick(Input(), cands);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->picked, w0_);
+}
+
+TEST_F(SelectorTest, ImagesRouteByAffinityNotTextOverlap) {
+  Selector& s = Make(Config(1.0));
+  // W1 caches the text: it must not matter for an image request.
+  index_.InsertRouterHashes(w1_, chain_, Tier::kDevice);
+  const std::vector<uint64_t> cat = {ImageKey("https://x/cat.png")};
+  RoutingInput in = Input(Role::kPrefill);
+  in.image_keys = cat;
+  const TargetId cands[] = {w0_, w1_};
+  auto first = s.Pick(in, cands);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->w_overlap, 0.0);
+  EXPECT_EQ(first->picked, w0_);  // no affinity anywhere: load tie, candidate order
+  EXPECT_EQ(first->mm_images, 1u);
+  EXPECT_EQ(first->mm_affinity_hits, 0u);
+  // While the first is in flight, W0 is busier, but w_mm = 48 draws the image back.
+  auto second = s.Pick(in, cands);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->picked, w0_);
+  EXPECT_EQ(second->mm_affinity_hits, 1u);
+  EXPECT_DOUBLE_EQ(second->costs[1] - s.load().RecentBlocks(w1_), 48.0);
+  EXPECT_NE(FormatPickLog(*second).find("picked=w0:8000 cache_hits=0 request_blocks=10 "
+                                        "active_blocks=10 w_overlap=0.0 mm_images=1 "
+                                        "mm_affinity_hits=1"),
+            std::string::npos)
+      << FormatPickLog(*second);
+  // A decode pick of the same request routes by load alone and records nothing.
+  RoutingInput dec = in;
+  dec.role = Role::kDecode;
+  auto d = s.Pick(dec, cands);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->picked, w1_);  // W0 has 10 active blocks, W1 none
+  EXPECT_EQ(d->mm_affinity_hits, 0u);
+  EXPECT_FALSE(s.images().Holds(w1_, cat[0]));
+}
+
+TEST_F(SelectorTest, RecentBlocksSpreadSerialTraffic) {
+  PolicyConfig c = Config(1.0);
+  c.recent_decay = 0.5;
+  Selector& s = Make(c);
+  const TargetId cands[] = {w0_, w1_};
+  auto first = s.Pick(Input(), cands);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->picked, w0_);
+  first->guard.Release();
+  // W0 missed all 10 blocks: it is charged 10 recent blocks, so the next identical
+  // cold request (no cache events arrived) goes to W1.
+  EXPECT_DOUBLE_EQ(s.load().RecentBlocks(w0_), 10);
+  auto second = s.Pick(Input(), cands);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->picked, w1_);
+  EXPECT_DOUBLE_EQ(s.load().RecentBlocks(w0_), 5);
+}
+
+TEST_F(SelectorTest, BadCandidatesAreErrors) {
+  Selector& s = Make(Config());
+  EXPECT_EQ(s.Pick(Input(), {}).status().code(), absl::StatusCode::kInvalidArgument);
+  const TargetId dead[] = {w0_, 999};
+  EXPECT_EQ(s.Pick(Input(), dead).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.load().PendingGuards(), 0u);
+}
+
+TEST(PolicyConfigTest, ParseAndValidate) {
+  EXPECT_EQ(*ParsePolicy("kv-aware"), Policy::kKvAware);
+  EXPECT_EQ(*ParsePolicy("round-robin"), Policy::kRoundRobin);
+  EXPECT_EQ(*ParsePolicy("random"), Policy::kRandom);
+  EXPECT_EQ(*ParsePolicy("least-load"), Policy::kLeastLoad);
+  EXPECT_FALSE(ParsePolicy("kv_aware").ok());
+  PolicyConfig c;
+  EXPECT_TRUE(c.Validate().ok());
+  c.overlap_weight = -1;
+  EXPECT_FALSE(c.Validate().ok());
+  c = PolicyConfig{};
+  c.recent_decay = 1.5;
+  EXPECT_FALSE(c.Validate().ok());
+  c = PolicyConfig{};
+  c.prefill_overlap_weight = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_FALSE(c.Validate().ok());
+}
+
+TEST(FormatPickLogTest, WeightsPrintLikePython) {
+  PickResult r;
+  r.request_id = "x";
+  r.picked_name = "h:1#2";
+  for (auto [w, text] :
+       {std::pair{1.0, "1.0"}, {0.5, "0.5"}, {20.0, "20.0"}, {0.0, "0.0"}, {1e-5, "1e-05"}}) {
+    r.w_overlap = w;
+    const std::string line = FormatPickLog(r);
+    EXPECT_NE(line.find(std::string(" w_overlap=") + text + " "), std::string::npos) << line;
+  }
+}
+
+}  // namespace
+}  // namespace infera::core

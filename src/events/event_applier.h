@@ -1,0 +1,50 @@
+// Applying decoded KV-event batches to core::KvIndex (architecture §4, doc/kv-events.md).
+//
+// ApplyEventBatch applies every event of one decoded batch to one target, in order:
+//   BlockStored      parent resolved through the target's engine->router map, tokens
+//                    re-hashed by the router (core::KvIndex::ApplyStored)
+//   BlockRemoved     engine hashes mapped to router hashes and removed from the tier
+//   AllBlocksCleared the target's set and map emptied
+// Events that are not prefix KV are skipped: an unknown `medium`, a
+// kv_cache_spec_kind other than full_attention / mla_attention / sink_full_attention,
+// or a group_idx other than 0 that no BlockStored has shown to be a prefix-KV group.
+// A group that a BlockStored names with a non-prefix kind is remembered too, so its
+// removals (which carry only group_idx) never touch the prefix group's blocks.
+//
+// Thread-safety: none; the caller holds the index's writer lock (see KvEventIngestor).
+#pragma once
+
+#include <cstdint>
+
+#include "absl/container/flat_hash_map.h"
+#include "core/kv_index.h"
+#include "events/event_decoder.h"
+
+namespace infera::events {
+
+// What the applier remembers per target between batches.
+struct TargetApplyState {
+  // group_idx -> whether it holds prefix KV (learned from BlockStored kinds).
+  absl::flat_hash_map<int64_t, bool> group_is_prefix;
+};
+
+struct ApplyStats {
+  uint64_t events = 0;                 // events applied
+  uint64_t skipped_events = 0;         // not prefix KV (medium, kind, group)
+  uint64_t blocks_stored = 0;          // engine blocks of applied BlockStored events
+  uint64_t blocks_removed = 0;         // (hash, tier) entries removed
+  uint64_t cleared = 0;                // AllBlocksCleared events
+  uint64_t unknown_parents = 0;        // BlockStored events whose parent the map did not know
+  uint64_t count_mismatches = 0;       // BlockStored whose hash count != router block count
+  uint64_t block_size_mismatches = 0;  // BlockStored with another block_size than the target's
+  // The last BlockStored block_size that differed from the target's (0: none).
+  uint32_t mismatched_block_size = 0;
+  // Index of the last AllBlocksCleared event in the batch, or -1.
+  int64_t last_clear_index = -1;
+};
+
+// REQUIRES: `id` is a live target of `index`.
+ApplyStats ApplyEventBatch(core::KvIndex& index, core::TargetId id, const DecodedBatch& batch,
+                           TargetApplyState& state);
+
+}  // namespace infera::events

@@ -1,0 +1,416 @@
+#include "events/kv_event_ingestor.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <zmq.hpp>
+
+#include "events/event_applier.h"
+#include "events/event_decoder.h"
+#include "events/sequence_tracker.h"
+
+namespace infera::events {
+namespace {
+
+constexpr uint64_t kReplayEndMarker = ~uint64_t{0};  // -1 as a signed 8-byte BE int
+
+uint64_t ReadBE64(const zmq::message_t& m) {
+  uint64_t v = 0;
+  const auto* p = static_cast<const uint8_t*>(m.data());
+  for (size_t i = 0; i < 8; ++i) v = (v << 8) | p[i];
+  return v;
+}
+
+std::string BE64(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>(v >> (8 * (7 - i)));
+  return s;
+}
+
+// Receives one whole multipart message without blocking; empty when none is queued.
+std::vector<zmq::message_t> RecvMultipart(zmq::socket_t& s) {
+  std::vector<zmq::message_t> frames;
+  while (true) {
+    zmq::message_t m;
+    if (!s.recv(m, zmq::recv_flags::dontwait)) return frames;
+    const bool more = m.more();
+    frames.push_back(std::move(m));
+    if (!more) return frames;
+  }
+}
+
+std::atomic<uint64_t> next_monitor_id{0};
+
+}  // namespace
+
+struct KvEventIngestor::Conn {
+  IngestTarget spec;
+  core::TargetId id = 0;
+  bool alive = true;  // guarded by index_mu_: false once removed from the index
+
+  // Ingestion thread only.
+  std::unique_ptr<zmq::socket_t> sub;
+  std::unique_ptr<zmq::socket_t> monitor;
+  SequenceTracker seq;
+  TargetApplyState apply_state;
+  DecodedBatch scratch;
+  bool complete = false;
+  bool disconnected = false;  // a disconnect was seen since the last message
+  bool block_size_mismatch = false;
+
+  // Snapshot for TargetStatuses().
+  std::atomic<uint64_t> status_last_seq_plus1{0};
+  std::atomic<bool> status_complete{false};
+};
+
+KvEventIngestor::KvEventIngestor(IngestorOptions options)
+    : options_(options), ctx_(std::make_unique<zmq::context_t>(1)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+KvEventIngestor::~KvEventIngestor() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+  // The thread closed every socket it opened; nothing else touches them.
+}
+
+core::TargetId KvEventIngestor::AddTarget(const IngestTarget& target) {
+  IngestTarget spec = target;
+  if (spec.block_size == 0) spec.block_size = 16;
+  const std::string name = spec.key.ToString();
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  auto it = registry_.find(name);
+  if (it != registry_.end()) {
+    if (it->second->spec == spec) return it->second->id;
+    std::shared_ptr<Conn> old = it->second;
+    registry_.erase(it);
+    {
+      std::unique_lock<std::shared_mutex> index_lock(index_mu_);
+      old->alive = false;
+      index_.RemoveTarget(old->id);
+    }
+    commands_.push_back({old, /*add=*/false});
+  }
+  auto conn = std::make_shared<Conn>();
+  conn->spec = spec;
+  {
+    std::unique_lock<std::shared_mutex> index_lock(index_mu_);
+    conn->id = index_.AddTarget(spec.key, spec.block_size);
+  }
+  registry_[name] = conn;
+  commands_.push_back({conn, /*add=*/true});
+  return conn->id;
+}
+
+void KvEventIngestor::RemoveTarget(const core::TargetKey& key) {
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  auto it = registry_.find(key.ToString());
+  if (it == registry_.end()) return;
+  std::shared_ptr<Conn> conn = it->second;
+  registry_.erase(it);
+  {
+    std::unique_lock<std::shared_mutex> index_lock(index_mu_);
+    conn->alive = false;
+    index_.RemoveTarget(conn->id);
+  }
+  commands_.push_back({conn, /*add=*/false});
+}
+
+std::optional<core::TargetId> KvEventIngestor::FindTarget(const core::TargetKey& key) const {
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  auto it = registry_.find(key.ToString());
+  if (it == registry_.end()) return std::nullopt;
+  return it->second->id;
+}
+
+std::vector<IngestTargetStatus> KvEventIngestor::TargetStatuses() const {
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  std::vector<IngestTargetStatus> out;
+  for (const auto& [name, c] : registry_) {
+    IngestTargetStatus s;
+    s.key = c->spec.key;
+    s.id = c->id;
+    const uint64_t plus1 = c->status_last_seq_plus1.load();
+    if (plus1 != 0) s.last_seq = plus1 - 1;
+    s.complete = c->status_complete.load();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void KvEventIngestor::Run() {
+  try {
+    RunLoop();
+  } catch (const std::exception& e) {
+    // A ZMQ failure here is a bug or a dying process (context terminated): say so loudly.
+    spdlog::critical("kv events: ingestion thread stopped: {}", e.what());
+  }
+}
+
+void KvEventIngestor::RunLoop() {
+  std::vector<std::shared_ptr<Conn>> conns;
+  std::vector<zmq::pollitem_t> items;
+  std::vector<Conn*> item_conns;
+  while (!stop_.load()) {
+    DrainCommands(conns);
+    items.clear();
+    item_conns.clear();
+    for (const auto& c : conns) {
+      if (!c->sub) continue;
+      items.push_back({c->sub->handle(), 0, ZMQ_POLLIN, 0});
+      item_conns.push_back(c.get());
+      items.push_back({c->monitor->handle(), 0, ZMQ_POLLIN, 0});
+      item_conns.push_back(c.get());
+    }
+    const auto timeout = std::chrono::milliseconds(options_.poll_interval_ms);
+    if (items.empty()) {
+      std::this_thread::sleep_for(timeout);
+      continue;
+    }
+    zmq::poll(items, timeout);
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!(items[i].revents & ZMQ_POLLIN)) continue;
+      if (i % 2 == 0) {
+        ReadMessages(*item_conns[i]);
+      } else {
+        ReadMonitor(*item_conns[i]);
+      }
+    }
+  }
+  for (const auto& c : conns) {
+    c->sub.reset();
+    c->monitor.reset();
+  }
+}
+
+void KvEventIngestor::DrainCommands(std::vector<std::shared_ptr<Conn>>& conns) {
+  std::deque<Command> commands;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu_);
+    commands.swap(commands_);
+  }
+  for (Command& cmd : commands) {
+    if (cmd.add) {
+      OpenSockets(*cmd.conn);
+      conns.push_back(cmd.conn);
+      continue;
+    }
+    for (auto it = conns.begin(); it != conns.end(); ++it) {
+      if (*it == cmd.conn) {
+        (*it)->sub.reset();
+        (*it)->monitor.reset();
+        conns.erase(it);
+        break;
+      }
+    }
+  }
+}
+
+void KvEventIngestor::OpenSockets(Conn& c) {
+  if (c.spec.events_endpoint.empty()) return;
+  try {
+    auto sub = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::sub);
+    sub->set(zmq::sockopt::linger, 0);
+    sub->set(zmq::sockopt::rcvhwm, options_.receive_hwm);
+    sub->set(zmq::sockopt::reconnect_ivl, options_.reconnect_ivl_ms);
+    sub->set(zmq::sockopt::reconnect_ivl_max, options_.reconnect_ivl_max_ms);
+    sub->set(zmq::sockopt::subscribe, c.spec.topic);
+    const std::string monitor_addr =
+        "inproc://infera-kv-monitor-" + std::to_string(next_monitor_id.fetch_add(1));
+    if (zmq_socket_monitor(sub->handle(), monitor_addr.c_str(),
+                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+      throw zmq::error_t();
+    }
+    auto monitor = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::pair);
+    monitor->set(zmq::sockopt::linger, 0);
+    monitor->connect(monitor_addr);
+    sub->connect(c.spec.events_endpoint);
+    c.sub = std::move(sub);
+    c.monitor = std::move(monitor);
+  } catch (const zmq::error_t& e) {
+    spdlog::error("kv events: cannot subscribe {} at '{}': {}", c.spec.key.ToString(),
+                  c.spec.events_endpoint, e.what());
+  }
+}
+
+void KvEventIngestor::ReadMonitor(Conn& c) {
+  for (int i = 0; i < 64; ++i) {
+    std::vector<zmq::message_t> frames = RecvMultipart(*c.monitor);
+    if (frames.empty()) return;
+    if (frames[0].size() < 2) continue;
+    const auto* p = static_cast<const uint8_t*>(frames[0].data());
+    const uint16_t event = static_cast<uint16_t>(p[0] | (p[1] << 8));  // host order (LE)
+    if (event == ZMQ_EVENT_DISCONNECTED) c.disconnected = true;
+  }
+}
+
+void KvEventIngestor::ReadMessages(Conn& c) {
+  for (int i = 0; i < options_.max_messages_per_wakeup; ++i) {
+    std::vector<zmq::message_t> frames = RecvMultipart(*c.sub);
+    if (frames.empty()) return;
+    if (frames.size() != 3 || frames[1].size() != 8) {
+      counters_.messages.fetch_add(1, std::memory_order_relaxed);
+      counters_.decode_errors.fetch_add(1, std::memory_order_relaxed);
+      continue;  // not a KV-event message: no sequence number to act on
+    }
+    HandleLive(c, ReadBE64(frames[1]), frames[2].data(), frames[2].size());
+  }
+}
+
+void KvEventIngestor::HandleLive(Conn& c, uint64_t seq, const void* payload, size_t size) {
+  counters_.messages.fetch_add(1, std::memory_order_relaxed);
+  if (c.disconnected) {
+    c.disconnected = false;
+    if (c.seq.last() && !c.seq.IsNext(seq)) {
+      // After a reconnect the stream does not continue where it stopped: the publisher
+      // restarted (and its first messages went by before we reconnected) or we lost
+      // messages across the outage. Either way our view may be stale: start over.
+      counters_.restarts.fetch_add(1, std::memory_order_relaxed);
+      Resync(c);
+      c.seq.Reset();
+    }
+  }
+  const bool can_replay = !c.spec.replay_endpoint.empty();
+  switch (c.seq.Classify(seq)) {
+    case SequenceTracker::Class::kNext:
+      Apply(c, seq, payload, size);
+      break;
+    case SequenceTracker::Class::kDuplicate:
+      counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case SequenceTracker::Class::kRestart:
+      counters_.restarts.fetch_add(1, std::memory_order_relaxed);
+      Resync(c);
+      c.seq.Reset();
+      Apply(c, seq, payload, size);
+      break;
+    case SequenceTracker::Class::kFirst:
+      if (can_replay && options_.initial_replay) Replay(c, 0);
+      CatchUp(c, seq, payload, size);
+      break;
+    case SequenceTracker::Class::kGap:
+      counters_.gaps.fetch_add(1, std::memory_order_relaxed);
+      if (can_replay) Replay(c, *c.seq.last() + 1);
+      CatchUp(c, seq, payload, size);
+      break;
+  }
+  PublishStatus(c);
+}
+
+void KvEventIngestor::CatchUp(Conn& c, uint64_t seq, const void* payload, size_t size) {
+  if (c.seq.AlreadyApplied(seq)) return;  // the replay delivered it
+  if (!c.seq.IsNext(seq)) {
+    // Batches before `seq` are lost for good.
+    if (c.seq.last()) {
+      Resync(c);
+    } else {
+      c.complete = false;  // first contact: the view is empty, just not complete
+    }
+  }
+  Apply(c, seq, payload, size);
+}
+
+void KvEventIngestor::Replay(Conn& c, uint64_t from_seq) {
+  counters_.replays.fetch_add(1, std::memory_order_relaxed);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.replay_timeout_ms);
+  try {
+    zmq::socket_t dealer(*ctx_, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 0);
+    dealer.connect(c.spec.replay_endpoint);
+    const std::string start = BE64(from_seq);
+    dealer.send(zmq::message_t(), zmq::send_flags::sndmore);
+    dealer.send(zmq::buffer(start), zmq::send_flags::none);
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, left);
+      if (!(item.revents & ZMQ_POLLIN)) break;
+      std::vector<zmq::message_t> frames = RecvMultipart(dealer);
+      if (frames.size() != 3 || frames[0].size() != 0 || frames[1].size() != 8) break;
+      const uint64_t seq = ReadBE64(frames[1]);
+      if (seq == kReplayEndMarker) return;
+      counters_.replayed_batches.fetch_add(1, std::memory_order_relaxed);
+      if (c.seq.AlreadyApplied(seq)) continue;
+      if (!c.seq.IsNext(seq)) {
+        // The engine's buffer no longer reaches back to what we miss.
+        if (c.seq.last()) {
+          Resync(c);
+        } else {
+          c.complete = false;
+        }
+      }
+      Apply(c, seq, frames[2].data(), frames[2].size());
+    }
+  } catch (const zmq::error_t& e) {
+    spdlog::warn("kv events: replay from {} failed: {}", c.spec.replay_endpoint, e.what());
+  }
+  counters_.replay_failures.fetch_add(1, std::memory_order_relaxed);
+}
+
+void KvEventIngestor::Apply(Conn& c, uint64_t seq, const void* payload, size_t size) {
+  const bool stream_start = !c.seq.last() && seq == 0;
+  c.seq.Advance(seq);
+  absl::Status decoded = DecodeEventBatch(
+      std::span<const uint8_t>(static_cast<const uint8_t*>(payload), size), c.scratch);
+  if (!decoded.ok()) {
+    counters_.decode_errors.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("kv events: {} seq {}: {}", c.spec.key.ToString(), seq,
+                 std::string(decoded.message()));
+    Resync(c);  // the batch's events are lost: the view may hold stale blocks
+    return;
+  }
+  const bool was_complete = c.complete || stream_start;
+  ApplyStats stats;
+  bool inconsistent = false;
+  {
+    std::unique_lock<std::shared_mutex> lock(index_mu_);
+    if (!c.alive) return;
+    stats = ApplyEventBatch(index_, c.id, c.scratch, c.apply_state);
+    // A parent the view must know (it saw the whole stream) but does not: events were
+    // lost somewhere. Not when block sizes differ: then parents are never mapped.
+    inconsistent = stats.unknown_parents > 0 && was_complete && !c.block_size_mismatch &&
+                   stats.block_size_mismatches == 0;
+    if (inconsistent) index_.ApplyCleared(c.id);
+  }
+  counters_.batches.fetch_add(1, std::memory_order_relaxed);
+  counters_.events.fetch_add(stats.events, std::memory_order_relaxed);
+  counters_.skipped_events.fetch_add(stats.skipped_events, std::memory_order_relaxed);
+  counters_.blocks_stored.fetch_add(stats.blocks_stored, std::memory_order_relaxed);
+  counters_.blocks_removed.fetch_add(stats.blocks_removed, std::memory_order_relaxed);
+  counters_.cleared.fetch_add(stats.cleared, std::memory_order_relaxed);
+  counters_.unknown_parents.fetch_add(stats.unknown_parents, std::memory_order_relaxed);
+  counters_.block_size_mismatches.fetch_add(stats.block_size_mismatches, std::memory_order_relaxed);
+  if (stats.block_size_mismatches > 0 && !c.block_size_mismatch) {
+    c.block_size_mismatch = true;
+    spdlog::warn(
+        "kv events: {} sends block_size {} but is registered with {}; its blocks will not "
+        "match the router's hashes",
+        c.spec.key.ToString(), stats.mismatched_block_size, c.spec.block_size);
+  }
+  if (inconsistent) {
+    counters_.resyncs.fetch_add(1, std::memory_order_relaxed);
+    c.complete = false;
+  } else if (stream_start || stats.cleared > 0) {
+    c.complete = true;
+  }
+}
+
+void KvEventIngestor::Resync(Conn& c) {
+  {
+    std::unique_lock<std::shared_mutex> lock(index_mu_);
+    if (c.alive) index_.ApplyCleared(c.id);
+  }
+  counters_.resyncs.fetch_add(1, std::memory_order_relaxed);
+  c.complete = false;
+}
+
+void KvEventIngestor::PublishStatus(Conn& c) {
+  const std::optional<uint64_t> last = c.seq.last();
+  c.status_last_seq_plus1.store(last ? *last + 1 : 0);
+  c.status_complete.store(c.complete);
+}
+
+}  // namespace infera::events

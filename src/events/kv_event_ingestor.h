@@ -1,0 +1,187 @@
+// KvEventIngestor: subscribes to every target's KV-event stream over ZMQ and keeps the
+// router's core::KvIndex in step with the engines' caches (doc/kv-events.md).
+//
+// One target = one worker's data-parallel rank (its events on port P + rank). Discovery
+// adds and removes targets at run time; each gets a ZMQ SUB socket (topic filter,
+// ZMQ's own reconnect with exponential backoff) read by one ingestion thread, which:
+//   - decodes each payload (a bad payload is counted and never partly applied),
+//   - tracks the publisher's sequence numbers; on a gap asks the engine's replay
+//     ROUTER over a DEALER for the missing batches (architecture §4),
+//   - clears the target's view ("resync") when the gap cannot be closed (no replay
+//     socket, buffer too short, timeout, undecodable batch), the publisher restarted
+//     (sequence back to 0, or a reconnect after which the stream does not continue),
+//     or a BlockStored names a parent the view must know but does not.
+//
+// Concurrency (doc/kv-events.md "Concurrency"): the ingestor owns the index behind a
+// std::shared_mutex. The ingestion thread decodes outside the lock and applies one
+// batch at a time under a short exclusive lock; request threads read through
+// WithIndex(), which holds the lock shared for the duration of the callback. Readers
+// never wait for decoding or socket I/O, only for the application of one batch.
+//
+// Thread-safety: every public method may be called from any thread.
+//
+// Metrics (KvEventCounters; the server renders them on /metrics):
+//   infera_kv_events_messages_total          live messages received
+//   infera_kv_events_batches_total           batches applied (live and replayed)
+//   infera_kv_events_events_total            events applied
+//   infera_kv_events_skipped_events_total    events that are not prefix KV
+//   infera_kv_events_blocks_stored_total     engine blocks stored
+//   infera_kv_events_blocks_removed_total    blocks removed
+//   infera_kv_events_cleared_total           AllBlocksCleared events
+//   infera_kv_events_gaps_total              sequence gaps seen
+//   infera_kv_events_replays_total           replay requests sent
+//   infera_kv_events_replayed_batches_total  batches received through replay
+//   infera_kv_events_replay_failures_total   replays that timed out or were malformed
+//   infera_kv_events_resyncs_total           views cleared to rebuild from new events
+//   infera_kv_events_restarts_total          publisher restarts detected
+//   infera_kv_events_decode_errors_total     undecodable payloads or malformed frames
+//   infera_kv_events_unknown_parents_total   BlockStored with a parent the view lacks
+//   infera_kv_events_dropped_total           duplicate / out-of-order messages dropped
+//   infera_kv_events_block_size_mismatches_total  BlockStored with another block size
+//
+// Example:
+//   KvEventIngestor ingestor;
+//   ingestor.AddTarget({.key = {"10.0.0.5:30000", 0},
+//                       .events_endpoint = "tcp://10.0.0.5:5557",
+//                       .replay_endpoint = "tcp://10.0.0.5:5558",
+//                       .block_size = 16, .topic = "kv-events"});
+//   size_t hits = ingestor.WithIndex([&](const core::KvIndex& index) { ... });
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/kv_index.h"
+#include "core/types.h"
+
+namespace zmq {
+class context_t;
+}
+
+namespace infera::events {
+
+struct KvEventCounters {
+  std::atomic<uint64_t> messages{0};
+  std::atomic<uint64_t> batches{0};
+  std::atomic<uint64_t> events{0};
+  std::atomic<uint64_t> skipped_events{0};
+  std::atomic<uint64_t> blocks_stored{0};
+  std::atomic<uint64_t> blocks_removed{0};
+  std::atomic<uint64_t> cleared{0};
+  std::atomic<uint64_t> gaps{0};
+  std::atomic<uint64_t> replays{0};
+  std::atomic<uint64_t> replayed_batches{0};
+  std::atomic<uint64_t> replay_failures{0};
+  std::atomic<uint64_t> resyncs{0};
+  std::atomic<uint64_t> restarts{0};
+  std::atomic<uint64_t> decode_errors{0};
+  std::atomic<uint64_t> unknown_parents{0};
+  std::atomic<uint64_t> dropped{0};
+  std::atomic<uint64_t> block_size_mismatches{0};
+};
+
+struct IngestTarget {
+  core::TargetKey key{};
+  std::string events_endpoint{};  // "tcp://host:5557" (already offset by the rank); empty:
+                                  // the target is indexed but has no event stream
+  std::string replay_endpoint{};  // "" when the engine has no replay socket
+  uint32_t block_size = 16;
+  std::string topic{};  // subscription prefix; "" = every topic
+
+  friend bool operator==(const IngestTarget&, const IngestTarget&) = default;
+};
+
+struct IngestorOptions {
+  int replay_timeout_ms = 2000;       // whole replay, request to end marker
+  int reconnect_ivl_ms = 100;         // ZMQ_RECONNECT_IVL
+  int reconnect_ivl_max_ms = 5000;    // ZMQ_RECONNECT_IVL_MAX (exponential backoff cap)
+  int poll_interval_ms = 20;          // how often the thread picks up added/removed targets
+  int max_messages_per_wakeup = 256;  // per target, so one busy stream cannot starve others
+  int receive_hwm = 100'000;          // ZMQ_RCVHWM of each SUB socket
+  // On the first message of a stream that does not start at 0, replay from 0 to build
+  // a complete view when the engine still buffers its whole history.
+  bool initial_replay = true;
+};
+
+// What the ingestor knows of one target (admin views, tests).
+struct IngestTargetStatus {
+  core::TargetKey key;
+  core::TargetId id = 0;
+  std::optional<uint64_t> last_seq;
+  // True when the view is believed to equal the engine's: everything since the
+  // publisher's seq 0 or its last AllBlocksCleared has been applied, without a resync.
+  bool complete = false;
+};
+
+class KvEventIngestor {
+ public:
+  explicit KvEventIngestor(IngestorOptions options = {});
+  ~KvEventIngestor();
+  KvEventIngestor(const KvEventIngestor&) = delete;
+  KvEventIngestor& operator=(const KvEventIngestor&) = delete;
+
+  // Adds a target (index entry at once; subscription on the ingestion thread).
+  // Re-adding the same key with the same settings is a no-op; with other settings the
+  // target is replaced and its view starts empty.
+  core::TargetId AddTarget(const IngestTarget& target);
+  // Removes a target, its subscription and its view. Unknown keys are ignored.
+  void RemoveTarget(const core::TargetKey& key);
+  std::optional<core::TargetId> FindTarget(const core::TargetKey& key) const;
+
+  // Runs f(const core::KvIndex&) under the shared lock and returns its result. Keep f
+  // short (one request's matching): the ingestion thread waits for it to apply.
+  // REQUIRES: f does not call back into this ingestor.
+  template <class F>
+  auto WithIndex(F&& f) const {
+    std::shared_lock<std::shared_mutex> lock(index_mu_);
+    return f(static_cast<const core::KvIndex&>(index_));
+  }
+
+  const KvEventCounters& counters() const { return counters_; }
+  std::vector<IngestTargetStatus> TargetStatuses() const;
+
+ private:
+  struct Conn;
+  struct Command {
+    std::shared_ptr<Conn> conn;
+    bool add = true;
+  };
+
+  void Run();
+  void RunLoop();
+  void DrainCommands(std::vector<std::shared_ptr<Conn>>& conns);
+  void OpenSockets(Conn& c);
+  void ReadMessages(Conn& c);
+  void ReadMonitor(Conn& c);
+  void HandleLive(Conn& c, uint64_t seq, const void* payload, size_t size);
+  void Replay(Conn& c, uint64_t from_seq);
+  void CatchUp(Conn& c, uint64_t seq, const void* payload, size_t size);
+  void Apply(Conn& c, uint64_t seq, const void* payload, size_t size);
+  void Resync(Conn& c);
+  void PublishStatus(Conn& c);
+
+  const IngestorOptions options_;
+  KvEventCounters counters_;
+  std::unique_ptr<zmq::context_t> ctx_;  // outlives every socket
+
+  mutable std::shared_mutex index_mu_;  // guards index_ and Conn::alive
+  core::KvIndex index_;
+
+  mutable std::mutex registry_mu_;                         // guards registry_, commands_
+  std::map<std::string, std::shared_ptr<Conn>> registry_;  // by TargetKey::ToString()
+  std::deque<Command> commands_;
+
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace infera::events

@@ -1,0 +1,230 @@
+#include "http/client.h"
+
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <unordered_map>
+#include <vector>
+
+namespace infera::http {
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+using asio::use_awaitable;
+
+namespace {
+
+auto NoThrow(beast::error_code& ec) { return asio::redirect_error(use_awaitable, ec); }
+
+absl::Status MapError(const beast::error_code& ec, std::string_view what, bool cancelled) {
+  if (cancelled) return absl::CancelledError(std::string(what) + ": cancelled");
+  if (ec == beast::error::timeout) {
+    return absl::DeadlineExceededError(std::string(what) + ": deadline exceeded");
+  }
+  bool http_error = ec.category() == beast::error_code(bhttp::error::bad_version).category();
+  if (http_error && ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
+    return absl::DataLossError(std::string(what) + ": malformed response: " + ec.message());
+  }
+  return absl::UnavailableError(std::string(what) + ": " + ec.message());
+}
+
+}  // namespace
+
+struct Client::Pool {
+  std::unordered_map<std::string, std::vector<beast::tcp_stream>> idle;
+  size_t max_idle_per_host = 0;
+};
+
+struct ClientStream::Impl {
+  Impl(beast::tcp_stream s, std::shared_ptr<Client::Pool> p, std::string k)
+      : stream(std::move(s)), pool(std::move(p)), key(std::move(k)) {}
+
+  beast::tcp_stream stream;
+  std::shared_ptr<Client::Pool> pool;
+  std::string key;
+  beast::flat_buffer buffer;
+  bhttp::response_parser<bhttp::buffer_body> parser;
+  Headers headers;
+  int status = 0;
+  Deadline deadline;
+  uint64_t body_limit = 0;
+  uint64_t body_bytes = 0;
+  bool cancelled = false;
+  bool broken = false;
+  bool done = false;
+  char chunk[16384];
+};
+
+ClientStream::ClientStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ClientStream::~ClientStream() {
+  Impl& s = *impl_;
+  bool reusable = s.done && !s.broken && !s.cancelled && s.parser.get().keep_alive() &&
+                  s.buffer.size() == 0 && s.stream.socket().is_open();
+  if (reusable) {
+    auto& idle = s.pool->idle[s.key];
+    if (idle.size() < s.pool->max_idle_per_host) {
+      idle.push_back(std::move(s.stream));
+      return;
+    }
+  }
+  beast::error_code ec;
+  s.stream.socket().close(ec);
+}
+
+int ClientStream::status() const { return impl_->status; }
+const Headers& ClientStream::headers() const { return impl_->headers; }
+bool ClientStream::cancelled() const { return impl_->cancelled; }
+
+void ClientStream::Cancel() {
+  if (impl_->cancelled) return;
+  impl_->cancelled = true;
+  beast::error_code ec;
+  impl_->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  impl_->stream.socket().close(ec);
+}
+
+Awaitable<absl::StatusOr<std::optional<std::string>>> ClientStream::Read() {
+  Impl& s = *impl_;
+  while (true) {
+    if (s.cancelled) co_return absl::CancelledError("upstream read: cancelled");
+    if (s.done) co_return std::optional<std::string>();
+    if (s.broken) co_return absl::UnavailableError("upstream read: connection broken");
+    s.parser.get().body().data = s.chunk;
+    s.parser.get().body().size = sizeof(s.chunk);
+    s.stream.expires_at(s.deadline);
+    beast::error_code ec;
+    co_await bhttp::async_read_some(s.stream, s.buffer, s.parser, NoThrow(ec));
+    if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec) {
+      s.broken = true;
+      co_return MapError(ec, "upstream read", s.cancelled);
+    }
+    size_t n = sizeof(s.chunk) - s.parser.get().body().size;
+    if (s.parser.is_done()) s.done = true;
+    s.body_bytes += n;
+    if (s.body_bytes > s.body_limit) {
+      s.broken = true;
+      co_return absl::ResourceExhaustedError("upstream response body exceeds the limit");
+    }
+    if (n > 0) co_return std::optional<std::string>(std::string(s.chunk, n));
+  }
+}
+
+Awaitable<absl::StatusOr<std::string>> ClientStream::ReadAll(uint64_t max_bytes) {
+  std::string out;
+  while (true) {
+    auto piece = co_await Read();
+    if (!piece.ok()) co_return piece.status();
+    if (!piece->has_value()) co_return out;
+    out += **piece;
+    if (out.size() > max_bytes) {
+      co_return absl::ResourceExhaustedError("response body exceeds " + std::to_string(max_bytes) +
+                                             " bytes");
+    }
+  }
+}
+
+Client::Client(asio::any_io_executor executor, ClientOptions options)
+    : executor_(std::move(executor)), options_(options), pool_(std::make_shared<Pool>()) {
+  pool_->max_idle_per_host = options_.max_idle_per_host;
+}
+
+Client::~Client() = default;
+
+size_t Client::idle_connections() const {
+  size_t n = 0;
+  for (const auto& [k, v] : pool_->idle) n += v.size();
+  return n;
+}
+
+Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
+    Endpoint endpoint, std::string method, std::string target, Headers headers, std::string body,
+    Deadline deadline) {
+  const std::string key = endpoint.HostPort();
+  bhttp::request<bhttp::string_body> req;
+  req.method_string(method);
+  req.target(endpoint.base_path + target);
+  req.version(11);
+  for (const auto& f : headers.fields()) req.insert(f.name, f.value);
+  req.set(bhttp::field::host, key);
+  req.keep_alive(true);
+  req.body() = std::move(body);
+  req.prepare_payload();
+
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::optional<beast::tcp_stream> conn;
+    bool reused = false;
+    auto it = pool_->idle.find(key);
+    if (attempt == 0 && it != pool_->idle.end() && !it->second.empty()) {
+      conn.emplace(std::move(it->second.back()));
+      it->second.pop_back();
+      reused = true;
+    } else {
+      conn.emplace(executor_);
+      tcp::resolver resolver(executor_);
+      beast::error_code ec;
+      auto results = co_await resolver.async_resolve(endpoint.host, std::to_string(endpoint.port),
+                                                     NoThrow(ec));
+      if (ec) co_return absl::UnavailableError("resolve " + key + ": " + ec.message());
+      auto connect_deadline =
+          std::min(deadline, std::chrono::steady_clock::now() +
+                                 std::chrono::milliseconds(options_.connect_timeout_ms));
+      conn->expires_at(connect_deadline);
+      co_await conn->async_connect(results, NoThrow(ec));
+      if (ec) {
+        if (ec == beast::error::timeout && connect_deadline == deadline) {
+          co_return absl::DeadlineExceededError("connect " + key + ": deadline exceeded");
+        }
+        co_return absl::UnavailableError("connect " + key + ": " + ec.message());
+      }
+      beast::error_code nec;
+      conn->socket().set_option(tcp::no_delay(true), nec);
+    }
+    auto impl = std::make_unique<ClientStream::Impl>(std::move(*conn), pool_, key);
+    impl->deadline = deadline;
+    impl->body_limit = options_.max_response_body_bytes;
+    impl->parser.header_limit(options_.max_response_header_bytes);
+    impl->parser.body_limit(options_.max_response_body_bytes);
+    if (method == "HEAD") impl->parser.skip(true);
+
+    impl->stream.expires_at(deadline);
+    beast::error_code ec;
+    co_await bhttp::async_write(impl->stream, req, NoThrow(ec));
+    if (!ec) {
+      impl->stream.expires_at(deadline);
+      co_await bhttp::async_read_header(impl->stream, impl->buffer, impl->parser, NoThrow(ec));
+    }
+    if (ec) {
+      beast::error_code cec;
+      impl->stream.socket().close(cec);
+      bool stale = reused && ec != beast::error::timeout && impl->buffer.size() == 0;
+      if (stale) continue;
+      co_return MapError(ec, method + " " + key + target, false);
+    }
+    auto& msg = impl->parser.get();
+    impl->status = static_cast<int>(msg.result_int());
+    for (const auto& f : msg) {
+      impl->headers.Add(std::string(f.name_string()), std::string(f.value()));
+    }
+    if (impl->parser.is_done()) impl->done = true;
+    co_return std::make_unique<ClientStream>(std::move(impl));
+  }
+  co_return absl::UnavailableError("upstream " + key + " closed the connection");
+}
+
+Awaitable<absl::StatusOr<ClientResponse>> Client::Fetch(Endpoint endpoint, std::string method,
+                                                        std::string target, Headers headers,
+                                                        std::string body, Deadline deadline) {
+  auto stream = co_await Send(std::move(endpoint), std::move(method), std::move(target),
+                              std::move(headers), std::move(body), deadline);
+  if (!stream.ok()) co_return stream.status();
+  auto all = co_await (*stream)->ReadAll(options_.max_response_body_bytes);
+  if (!all.ok()) co_return all.status();
+  ClientResponse res;
+  res.status = (*stream)->status();
+  res.headers = (*stream)->headers();
+  res.body = std::move(*all);
+  co_return res;
+}
+
+}  // namespace infera::http

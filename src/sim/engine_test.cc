@@ -1,0 +1,218 @@
+#include "sim/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <numeric>
+
+namespace infera::sim {
+namespace {
+
+using core::TokenId;
+
+std::vector<TokenId> Tokens(size_t n, TokenId first) {
+  std::vector<TokenId> t(n);
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+EngineConfig SmallConfig() {
+  EngineConfig c;
+  c.block_size = 16;
+  c.num_gpu_blocks = 64;
+  c.max_num_seqs = 8;
+  c.max_num_batched_tokens = 256;
+  return c;
+}
+
+// Runs the engine until idle; returns the outputs per request id.
+std::map<uint64_t, std::vector<TokenOutput>> RunToIdle(Engine& e, int64_t* total_ns = nullptr) {
+  std::map<uint64_t, std::vector<TokenOutput>> out;
+  int guard = 0;
+  while (e.HasWork() && ++guard < 100000) {
+    StepResult r = e.Step();
+    if (total_ns) *total_ns += r.duration_ns;
+    for (const TokenOutput& o : r.outputs) out[o.request_id].push_back(o);
+  }
+  EXPECT_FALSE(e.HasWork());
+  return out;
+}
+
+TEST(EngineTest, GeneratesMaxTokensAndReportsNoCacheOnColdStart) {
+  Engine e(SmallConfig());
+  ASSERT_TRUE(e.AddRequest({1, Tokens(40, 1), 5}));
+  auto out = RunToIdle(e);
+  ASSERT_EQ(out[1].size(), 5u);
+  EXPECT_EQ(out[1][0].index, 0u);
+  EXPECT_EQ(out[1][0].cached_tokens, 0u);
+  EXPECT_EQ(out[1][0].prompt_tokens, 40u);
+  EXPECT_TRUE(out[1][4].finished);
+  EXPECT_FALSE(out[1][3].finished);
+  EXPECT_EQ(out[1][2].token, Engine::GeneratedToken(1, 2, e.config().vocab_size));
+}
+
+TEST(EngineTest, PrefixCacheHitInFullBlocks) {
+  Engine e(SmallConfig());
+  std::vector<TokenId> a = Tokens(70, 1);  // 4 full blocks + 6 tokens
+  ASSERT_TRUE(e.AddRequest({1, a, 1}));
+  RunToIdle(e);
+  std::vector<TokenId> b(a.begin(), a.begin() + 50);  // shares 3 full blocks
+  b.push_back(999);
+  EXPECT_EQ(e.CachedPrefixTokens(b), 48u);
+  ASSERT_TRUE(e.AddRequest({2, b, 1}));
+  auto out = RunToIdle(e);
+  EXPECT_EQ(out[2][0].cached_tokens, 48u);
+  // The identical prompt: hits are capped so that one token is computed.
+  std::vector<TokenId> c(a.begin(), a.begin() + 64);
+  ASSERT_TRUE(e.AddRequest({3, c, 1}));
+  out = RunToIdle(e);
+  EXPECT_EQ(out[3][0].cached_tokens, 48u);
+  EXPECT_EQ(e.stats().cached_tokens, 96u);
+}
+
+TEST(EngineTest, EmitsStoredEventsForPromptAndGeneratedBlocks) {
+  EngineConfig cfg = SmallConfig();
+  Engine e(cfg);
+  std::vector<TokenId> p = Tokens(20, 5);  // one full prompt block
+  ASSERT_TRUE(e.AddRequest({7, p, 20}));   // 40 tokens in total: 2 full blocks computed
+  RunToIdle(e);
+  std::vector<KvEvent> ev = e.TakeEvents();
+  std::vector<core::BlockHash> stored;
+  for (const KvEvent& x : ev) {
+    ASSERT_EQ(x.kind, KvEvent::Kind::kBlockStored);
+    EXPECT_EQ(x.token_ids.size(), x.block_hashes.size() * 16);
+    if (stored.empty()) {
+      EXPECT_FALSE(x.parent_hash.has_value());
+    } else {
+      EXPECT_EQ(x.parent_hash, stored.back());
+    }
+    stored.insert(stored.end(), x.block_hashes.begin(), x.block_hashes.end());
+  }
+  // 20 prompt + 19 fed-back outputs = 39 computed tokens: 2 full blocks.
+  ASSERT_EQ(stored.size(), 2u);
+  EXPECT_EQ(stored[0], e.HashBlocks(p)[0]);
+  EXPECT_EQ(ev[0].token_ids, std::vector<TokenId>(p.begin(), p.begin() + 16));
+}
+
+TEST(EngineTest, ChunkedPrefillSpreadsALongPromptOverSteps) {
+  EngineConfig cfg = SmallConfig();
+  cfg.max_num_batched_tokens = 100;
+  Engine e(cfg);
+  ASSERT_TRUE(e.AddRequest({1, Tokens(250, 1), 1}));
+  StepResult s1 = e.Step();
+  EXPECT_EQ(s1.prefill_tokens, 100u);
+  EXPECT_TRUE(s1.outputs.empty());
+  StepResult s2 = e.Step();
+  EXPECT_EQ(s2.prefill_tokens, 100u);
+  StepResult s3 = e.Step();
+  EXPECT_EQ(s3.prefill_tokens, 50u);
+  ASSERT_EQ(s3.outputs.size(), 1u);
+  EXPECT_TRUE(s3.outputs[0].finished);
+  EXPECT_EQ(s1.duration_ns, cfg.timing.StepNs(100, 0, 0.1));
+}
+
+TEST(EngineTest, StepTimeFollowsTheTimingModel) {
+  EngineConfig cfg = SmallConfig();
+  cfg.timing.speedup = 2;
+  Engine e(cfg);
+  ASSERT_TRUE(e.AddRequest({1, Tokens(32, 1), 3}));
+  StepResult prefill = e.Step();
+  EXPECT_EQ(prefill.prefill_tokens, 32u);
+  EXPECT_EQ(prefill.decode_seqs, 0u);
+  EXPECT_EQ(prefill.duration_ns, cfg.timing.StepNs(32, 0, 32.0 / 1024));
+  StepResult decode = e.Step();
+  EXPECT_EQ(decode.prefill_tokens, 0u);
+  EXPECT_EQ(decode.decode_seqs, 1u);
+  EXPECT_EQ(decode.duration_ns, cfg.timing.StepNs(0, 1, 33.0 / 1024));
+  EXPECT_NEAR(decode.duration_ns, cfg.timing.DecodeMs(33.0 / 1024) * 1e6 / 2, 1);
+}
+
+TEST(EngineTest, PreemptsWhenOutOfBlocksAndStillFinishesEverything) {
+  EngineConfig cfg = SmallConfig();
+  cfg.num_gpu_blocks = 10;  // 160 tokens
+  Engine e(cfg);
+  // Two sequences growing to 30 + 60 tokens each need 6 blocks: 12 > 10.
+  ASSERT_TRUE(e.AddRequest({1, Tokens(30, 1), 60}));
+  ASSERT_TRUE(e.AddRequest({2, Tokens(30, 1000), 60}));
+  auto out = RunToIdle(e);
+  EXPECT_GT(e.stats().preemptions, 0u);
+  ASSERT_EQ(out[1].size(), 60u);
+  ASSERT_EQ(out[2].size(), 60u);
+  for (uint32_t i = 0; i < 60; ++i) {
+    EXPECT_EQ(out[2][i].index, i);
+    EXPECT_EQ(out[2][i].token, Engine::GeneratedToken(2, i, cfg.vocab_size));
+  }
+  EXPECT_EQ(e.cache().NumFree(), 10u);
+}
+
+TEST(EngineTest, EvictionEmitsRemovedForTheLeastRecentlyUsedPrefix) {
+  EngineConfig cfg = SmallConfig();
+  cfg.num_gpu_blocks = 6;
+  Engine e(cfg);
+  std::vector<TokenId> a = Tokens(33, 1), b = Tokens(33, 500), c = Tokens(33, 900);
+  ASSERT_TRUE(e.AddRequest({1, a, 1}));
+  RunToIdle(e);
+  ASSERT_TRUE(e.AddRequest({2, b, 1}));
+  RunToIdle(e);
+  e.TakeEvents();
+  // 6 blocks: a holds 2 cached + 1 partial, b the same; c needs 3 fresh blocks.
+  ASSERT_TRUE(e.AddRequest({3, c, 1}));
+  RunToIdle(e);
+  std::vector<core::BlockHash> removed;
+  for (const KvEvent& x : e.TakeEvents()) {
+    if (x.kind == KvEvent::Kind::kBlockRemoved) {
+      removed.insert(removed.end(), x.block_hashes.begin(), x.block_hashes.end());
+    }
+  }
+  std::vector<core::BlockHash> ha = e.HashBlocks(a);
+  // a's partial block (never cached) goes first, then a's tail, then a's head.
+  EXPECT_EQ(removed, (std::vector<core::BlockHash>{ha[1], ha[0]}));
+  EXPECT_EQ(e.CachedPrefixTokens(b), 32u);
+  EXPECT_EQ(e.CachedPrefixTokens(a), 0u);
+}
+
+TEST(EngineTest, RejectsBadRequestsAndAbortReleasesBlocks) {
+  EngineConfig cfg = SmallConfig();
+  Engine e(cfg);
+  EXPECT_FALSE(e.AddRequest({1, {}, 1}));
+  EXPECT_FALSE(e.AddRequest({1, Tokens(4, 1), 0}));
+  EXPECT_FALSE(e.AddRequest({1, Tokens(64 * 16, 1), 1}));  // can never fit
+  ASSERT_TRUE(e.AddRequest({1, Tokens(40, 1), 100}));
+  EXPECT_FALSE(e.AddRequest({1, Tokens(40, 1), 1}));  // live id
+  e.Step();
+  EXPECT_LT(e.cache().NumFree(), 64u);
+  EXPECT_TRUE(e.Abort(1));
+  EXPECT_FALSE(e.Abort(1));
+  EXPECT_EQ(e.cache().NumFree(), 64u);
+  EXPECT_FALSE(e.HasWork());
+}
+
+TEST(EngineTest, ResetClearsTheCacheOnlyWhenIdle) {
+  Engine e(SmallConfig());
+  std::vector<TokenId> a = Tokens(40, 1);
+  ASSERT_TRUE(e.AddRequest({1, a, 3}));
+  e.Step();
+  EXPECT_FALSE(e.ResetPrefixCache());
+  RunToIdle(e);
+  e.TakeEvents();
+  EXPECT_TRUE(e.ResetPrefixCache());
+  std::vector<KvEvent> ev = e.TakeEvents();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, KvEvent::Kind::kAllBlocksCleared);
+  EXPECT_EQ(e.CachedPrefixTokens(a), 0u);
+}
+
+TEST(EngineTest, ContinuousBatchingRespectsMaxNumSeqs) {
+  EngineConfig cfg = SmallConfig();
+  cfg.max_num_seqs = 2;
+  Engine e(cfg);
+  for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(e.AddRequest({i, Tokens(10, i * 100), 4}));
+  e.Step();
+  EXPECT_EQ(e.NumRunning(), 2u);
+  EXPECT_EQ(e.NumWaiting(), 3u);
+  auto out = RunToIdle(e);
+  EXPECT_EQ(out.size(), 5u);
+}
+
+}  // namespace
+}  // namespace infera::sim

@@ -1,0 +1,93 @@
+#include "template/chat_template.h"
+
+#include <gtest/gtest.h>
+
+namespace infera::chat {
+namespace {
+
+ChatTemplate MustLoad(const nlohmann::ordered_json& config) {
+  absl::StatusOr<ChatTemplate> chat = ChatTemplate::FromConfig(config.dump(), std::nullopt);
+  EXPECT_TRUE(chat.ok()) << chat.status();
+  return std::move(*chat);
+}
+
+TEST(ChatTemplateTest, BuildsTheContextVllmPasses) {
+  ChatTemplate chat = MustLoad({
+      {"bos_token", {{"content", "<s>"}, {"special", true}}},
+      {"eos_token", "</s>"},
+      {"pad_token", nullptr},
+      {"add_bos_token", true},
+      {"chat_template",
+       "{{ bos_token }}|{{ eos_token }}|{{ pad_token is defined }}|{{ tools }}|{{ documents }}|"
+       "{{ add_generation_prompt }}|{{ enable_thinking | default('unset') }}|"
+       "{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}"},
+  });
+  absl::StatusOr<std::string> out =
+      chat.RenderJson(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "<s>|</s>|False|None|None|True|unset|user:hi;");
+
+  out = chat.RenderJson(R"({"messages": [], "add_generation_prompt": false, "tools": [],
+                            "chat_template_kwargs": {"enable_thinking": false}})");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "<s>|</s>|False|[]|None|False|False|");
+}
+
+TEST(ChatTemplateTest, KeepsRequestKeyOrderForTojson) {
+  ChatTemplate chat = MustLoad({{"chat_template", "{{ tools | tojson }}"}});
+  absl::StatusOr<std::string> out =
+      chat.RenderJson(R"({"messages": [], "tools": [{"z": 1, "a": {"y": "\u00e9", "b": 2.50}}]})");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "[{\"z\": 1, \"a\": {\"y\": \"\xc3\xa9\", \"b\": 2.5}}]");
+}
+
+TEST(ChatTemplateTest, NamedTemplatesPickToolUseWhenToolsAreGiven) {
+  ChatTemplate chat = MustLoad({{"chat_template",
+                                 {{{"name", "default"}, {"template", "default"}},
+                                  {{"name", "tool_use"}, {"template", "tools"}},
+                                  {{"name", "rag"}, {"template", "{% broken"}}}}});
+  EXPECT_EQ(*chat.RenderJson(R"({"messages": []})"), "default");
+  EXPECT_EQ(*chat.RenderJson(R"({"messages": [], "tools": null})"), "default");
+  EXPECT_EQ(*chat.RenderJson(R"({"messages": [], "tools": [{"type": "function"}]})"), "tools");
+}
+
+TEST(ChatTemplateTest, JinjaFileTakesPrecedence) {
+  absl::StatusOr<ChatTemplate> chat =
+      ChatTemplate::FromConfig(R"({"chat_template": "config"})", std::string("file\n"));
+  ASSERT_TRUE(chat.ok());
+  EXPECT_EQ(*chat->RenderJson(R"({"messages": []})"), "file");
+}
+
+TEST(ChatTemplateTest, BadConfigsAndRequestsAreClearErrors) {
+  EXPECT_FALSE(ChatTemplate::FromConfig("not json", std::nullopt).ok());
+  EXPECT_FALSE(ChatTemplate::FromConfig("{}", std::nullopt).ok());
+  EXPECT_FALSE(ChatTemplate::FromConfig(R"({"chat_template": 5})", std::nullopt).ok());
+  absl::StatusOr<ChatTemplate> bad =
+      ChatTemplate::FromConfig(R"({"chat_template": "{% if %}"})", std::nullopt);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("syntax error"), std::string::npos) << bad.status();
+
+  ChatTemplate chat = MustLoad({{"chat_template", "{{ raise_exception('no system role') }}"}});
+  EXPECT_EQ(chat.RenderJson("{").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(chat.RenderJson("[]").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(chat.RenderJson(R"({"messages": {}})").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(chat.RenderJson(R"({"messages": [], "add_generation_prompt": "yes"})").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::Status raised = chat.RenderJson(R"({"messages": []})").status();
+  EXPECT_EQ(raised.message(), "template raised: no system role");
+}
+
+TEST(ChatTemplateTest, NowFeedsStrftimeNow) {
+  ChatTemplate chat = MustLoad({{"chat_template", "{{ strftime_now('%d %B %Y, %A') }}"}});
+  absl::StatusOr<std::tm> now = ParseIsoTime("2024-07-26T10:00:00Z");
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(*chat.RenderJson(R"({"messages": []})", *now), "26 July 2024, Friday");
+  EXPECT_FALSE(ParseIsoTime("26/07/2024").ok());
+  EXPECT_FALSE(ParseIsoTime("2024-13-01").ok());
+  EXPECT_TRUE(ParseIsoTime("2024-07-26").ok());
+  EXPECT_TRUE(ParseIsoTime("2024-07-26T10:00:00.123+02:00").ok());
+}
+
+}  // namespace
+}  // namespace infera::chat

@@ -1,0 +1,400 @@
+#include "tokenizer/bpe_model.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/hash/hash.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "tokenizer/unicode.h"
+
+namespace infera::tokenizer {
+namespace {
+
+absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+constexpr char kMetaspace[] = "\xE2\x96\x81";  // U+2581
+
+// GPT-2's byte <-> unicode table: printable Latin-1 bytes map to themselves, the
+// others to U+0100 + n in byte order.
+struct ByteTable {
+  std::array<char32_t, 256> byte_to_char{};
+  absl::flat_hash_map<char32_t, uint8_t> char_to_byte;
+  ByteTable() {
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+      bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      char32_t c = keep ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++);
+      byte_to_char[b] = c;
+      char_to_byte[c] = static_cast<uint8_t>(b);
+    }
+  }
+};
+
+const ByteTable& Bytes() {
+  static const ByteTable* table = new ByteTable();
+  return *table;
+}
+
+// Raw bytes of a byte-level token spelling, or nullopt if it has other characters.
+std::optional<std::string> SpellingToBytes(std::string_view token) {
+  if (unicode::ValidUtf8Prefix(token) != token.size()) return std::nullopt;
+  std::string out;
+  size_t i = 0;
+  while (i < token.size()) {
+    char32_t c = unicode::DecodeAt(token, &i);
+    auto it = Bytes().char_to_byte.find(c);
+    if (it == Bytes().char_to_byte.end()) return std::nullopt;
+    out.push_back(static_cast<char>(it->second));
+  }
+  return out;
+}
+
+// Hugging Face's BPE merge queue entry: lowest rank first, then leftmost.
+struct Merge {
+  uint32_t rank;
+  uint32_t pos;
+  uint32_t new_id;
+  bool operator<(const Merge& o) const {  // "less" = lower priority (max-heap)
+    if (rank != o.rank) return rank > o.rank;
+    return pos > o.pos;
+  }
+};
+
+struct Symbol {
+  uint32_t id;
+  int32_t prev;
+  int32_t next;
+  uint32_t len;
+};
+
+struct Scratch {
+  std::vector<Symbol> symbols;
+  std::vector<Merge> heap;
+};
+
+Scratch& ThreadScratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::json& model,
+                                                             bool byte_level) {
+  if (!model.is_object()) return absl::InvalidArgumentError("model: object expected");
+  std::string type = model.value("type", std::string("BPE"));
+  if (type != "BPE") {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported model type '", type, "'"));
+  }
+  if (!model.contains("vocab") || !model["vocab"].is_object()) {
+    return absl::InvalidArgumentError("model: 'vocab' object expected");
+  }
+  if (model.contains("dropout") && model["dropout"].is_number() &&
+      model["dropout"].get<double>() > 0.0) {
+    return absl::InvalidArgumentError("model: BPE dropout is not supported");
+  }
+  auto m = std::unique_ptr<BpeModel>(new BpeModel());
+  m->byte_level_ = byte_level;
+  auto opt_string = [&](const char* key) -> std::string {
+    if (model.contains(key) && model[key].is_string()) return model[key].get<std::string>();
+    return "";
+  };
+  m->byte_fallback_ = model.value("byte_fallback", false);
+  m->ignore_merges_ = model.value("ignore_merges", false);
+  m->fuse_unk_ = model.value("fuse_unk", false);
+  m->continuing_subword_prefix_ = opt_string("continuing_subword_prefix");
+  m->end_of_word_suffix_ = opt_string("end_of_word_suffix");
+
+  // Spelling -> id, used to resolve merges.
+  absl::flat_hash_map<std::string, uint32_t> spelling;
+  spelling.reserve(model["vocab"].size());
+  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
+    if (!it.value().is_number_unsigned()) {
+      return absl::InvalidArgumentError(absl::StrCat("model: bad id for token '", it.key(), "'"));
+    }
+    uint64_t id = it.value().get<uint64_t>();
+    if (id >= (1u << 31)) return absl::InvalidArgumentError("model: token id too large");
+    if (id >= m->id_to_token_.size()) m->id_to_token_.resize(id + 1);
+    m->id_to_token_[id] = it.key();
+    spelling[it.key()] = static_cast<uint32_t>(id);
+  }
+  if (byte_level) {
+    m->vocab_.reserve(spelling.size());
+    for (const auto& [tok, id] : spelling) {
+      if (auto bytes = SpellingToBytes(tok)) m->vocab_[*bytes] = id;
+    }
+  } else {
+    m->vocab_ = spelling;
+  }
+
+  std::string unk = opt_string("unk_token");
+  if (!unk.empty()) {
+    auto it = spelling.find(unk);
+    if (it != spelling.end()) m->unk_id_ = it->second;
+  }
+
+  // Merges: "a b" strings or ["a", "b"] pairs. A later duplicate overrides an earlier
+  // one, as in Hugging Face (HashMap collect).
+  if (model.contains("merges")) {
+    if (!model["merges"].is_array()) return absl::InvalidArgumentError("model: 'merges' array");
+    const auto& merges = model["merges"];
+    m->merges_.reserve(merges.size());
+    uint32_t rank = 0;
+    for (const auto& entry : merges) {
+      std::string a, b;
+      if (entry.is_string()) {
+        const std::string& s = entry.get_ref<const std::string&>();
+        size_t sp = s.find(' ');
+        if (sp == std::string::npos) {
+          return absl::InvalidArgumentError(absl::StrCat("model: bad merge '", s, "'"));
+        }
+        a = s.substr(0, sp);
+        b = s.substr(sp + 1);
+      } else if (entry.is_array() && entry.size() == 2 && entry[0].is_string() &&
+                 entry[1].is_string()) {
+        a = entry[0].get<std::string>();
+        b = entry[1].get<std::string>();
+      } else {
+        return absl::InvalidArgumentError("model: merge must be \"a b\" or [\"a\", \"b\"]");
+      }
+      size_t prefix_len = m->continuing_subword_prefix_.size();
+      if (b.size() < prefix_len) return absl::InvalidArgumentError("model: bad merge prefix");
+      std::string merged = a + b.substr(prefix_len);
+      auto ia = spelling.find(a), ib = spelling.find(b), im = spelling.find(merged);
+      if (ia == spelling.end() || ib == spelling.end() || im == spelling.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model: merge '", a, " ", b, "' refers to a token not in vocab"));
+      }
+      m->merges_[(uint64_t{ia->second} << 32) | ib->second] = (uint64_t{rank} << 32) | im->second;
+      ++rank;
+    }
+  }
+
+  m->byte_ids_.fill(kNone);
+  m->fallback_ids_.fill(kNone);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    auto it = spelling.find(name);
+    if (it != spelling.end()) m->fallback_ids_[b] = it->second;
+    if (byte_level) {
+      auto jt = m->vocab_.find(std::string(1, static_cast<char>(b)));
+      if (jt != m->vocab_.end()) m->byte_ids_[b] = jt->second;
+    }
+  }
+  if (!byte_level) {
+    for (const auto& [tok, id] : spelling) {
+      if (tok.empty() || unicode::ValidUtf8Prefix(tok) != tok.size()) continue;
+      size_t i = 0;
+      char32_t c = unicode::DecodeAt(tok, &i);
+      if (i == tok.size()) m->char_ids_[c] = id;
+    }
+    // Splitting words before U+2581 is exact when no token has "c▁" for the char c
+    // before it: no merge can then join the two sides (doc/tokenizer.md).
+    if (spelling.contains(kMetaspace) && m->continuing_subword_prefix_.empty() &&
+        m->end_of_word_suffix_.empty()) {
+      m->split_char_ = kMetaspace;
+      for (const auto& [tok, id] : spelling) {
+        size_t pos = tok.find(kMetaspace, 1);
+        while (pos != std::string::npos) {
+          std::string_view before(tok.data(), pos);
+          if (unicode::ValidUtf8Prefix(before) == before.size()) {
+            size_t k = unicode::LastCharStart(before);
+            m->joins_split_char_[unicode::DecodeAt(before, &k)] = true;
+          }
+          pos = tok.find(kMetaspace, pos + 1);
+        }
+      }
+    }
+  }
+  return m;
+}
+
+std::optional<uint32_t> BpeModel::TokenToId(std::string_view token) const {
+  if (byte_level_) {
+    auto bytes = SpellingToBytes(token);
+    if (!bytes) return std::nullopt;
+    auto it = vocab_.find(*bytes);
+    if (it == vocab_.end()) return std::nullopt;
+    return it->second;
+  }
+  auto it = vocab_.find(Av(token));
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<std::string> BpeModel::IdToToken(uint32_t id) const {
+  if (id >= id_to_token_.size() || id_to_token_[id].empty()) return std::nullopt;
+  return id_to_token_[id];
+}
+
+bool BpeModel::SafeSplitBefore(std::string_view word, size_t pos) const {
+  // REQUIRES: word[pos..] starts with split_char_, pos > 0.
+  size_t k = unicode::LastCharStart(word.substr(0, pos));
+  char32_t before = unicode::DecodeAt(word, &k);
+  return !joins_split_char_.contains(before);
+}
+
+void BpeModel::Tokenize(std::string_view word, std::vector<uint32_t>* out) const {
+  if (word.empty()) return;
+  if (ignore_merges_) {
+    auto it = vocab_.find(Av(word));
+    if (it != vocab_.end()) {
+      out->push_back(it->second);
+      return;
+    }
+  }
+  if (!split_char_.empty() && word.size() > split_char_.size()) {
+    size_t start = 0;
+    size_t pos = word.find(split_char_, 1);
+    while (pos != std::string_view::npos) {
+      if (SafeSplitBefore(word, pos)) {
+        TokenizeUncached(word.substr(start, pos - start), out);
+        start = pos;
+      }
+      pos = word.find(split_char_, pos + split_char_.size());
+    }
+    TokenizeUncached(word.substr(start), out);
+    return;
+  }
+  TokenizeUncached(word, out);
+}
+
+void BpeModel::TokenizeUncached(std::string_view word, std::vector<uint32_t>* out) const {
+  if (word.size() > kMaxCachedWordBytes) {
+    MergeWord(word, out);
+    return;
+  }
+  size_t h = absl::HashOf(Av(word));
+  Shard& shard = cache_[h % kShards];
+  {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto it = shard.map.find(Av(word));
+    if (it != shard.map.end()) {
+      out->insert(out->end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  size_t before = out->size();
+  MergeWord(word, out);
+  std::vector<uint32_t> ids(out->begin() + static_cast<ptrdiff_t>(before), out->end());
+  std::lock_guard<std::mutex> lock(shard.mu);
+  if (shard.map.size() >= kMaxEntriesPerShard) shard.map.clear();
+  shard.map.emplace(std::string(word), std::move(ids));
+}
+
+void BpeModel::MergeWord(std::string_view word, std::vector<uint32_t>* out) const {
+  Scratch& scratch = ThreadScratch();
+  std::vector<Symbol>& symbols = scratch.symbols;
+  symbols.clear();
+  // Pending unknown run: (id, byte length), flushed before the next known symbol.
+  std::optional<std::pair<uint32_t, uint32_t>> unk;
+  auto add = [&](uint32_t id, uint32_t len) {
+    int32_t index = static_cast<int32_t>(symbols.size());
+    symbols.push_back({id, index - 1, index + 1, len});
+  };
+  size_t i = 0;
+  bool generic = !continuing_subword_prefix_.empty() || !end_of_word_suffix_.empty();
+  while (i < word.size()) {
+    size_t start = i;
+    uint32_t id = kNone;
+    if (byte_level_) {
+      id = byte_ids_[static_cast<uint8_t>(word[i])];
+      ++i;
+    } else {
+      char32_t c = unicode::DecodeAt(word, &i);
+      if (!generic) {
+        auto it = char_ids_.find(c);
+        if (it != char_ids_.end()) id = it->second;
+      } else {
+        std::string s(word.substr(start, i - start));
+        if (start != 0) s = continuing_subword_prefix_ + s;
+        if (i == word.size()) s += end_of_word_suffix_;
+        auto it = vocab_.find(s);
+        if (it != vocab_.end()) id = it->second;
+      }
+    }
+    uint32_t byte_len = static_cast<uint32_t>(i - start);
+    if (id != kNone) {
+      if (unk) {
+        add(unk->first, unk->second);
+        unk.reset();
+      }
+      add(id, byte_len);
+      continue;
+    }
+    if (byte_fallback_) {
+      bool all = true;
+      for (size_t k = start; k < i; ++k)
+        all &= fallback_ids_[static_cast<uint8_t>(word[k])] != kNone;
+      if (all) {
+        // As in Hugging Face, a pending unknown run is not flushed here.
+        for (size_t k = start; k < i; ++k) add(fallback_ids_[static_cast<uint8_t>(word[k])], 1);
+        continue;
+      }
+    }
+    if (unk_id_) {
+      if (unk && fuse_unk_) {
+        unk->second += byte_len;
+      } else {
+        if (unk) add(unk->first, unk->second);
+        unk = std::make_pair(*unk_id_, byte_len);
+      }
+    }
+  }
+  if (unk) add(unk->first, unk->second);
+  if (symbols.empty()) return;
+  symbols.back().next = -1;
+
+  std::vector<Merge>& heap = scratch.heap;
+  heap.clear();
+  auto find_merge = [&](uint32_t a, uint32_t b) -> const uint64_t* {
+    auto it = merges_.find((uint64_t{a} << 32) | b);
+    return it == merges_.end() ? nullptr : &it->second;
+  };
+  for (size_t k = 0; k + 1 < symbols.size(); ++k) {
+    if (const uint64_t* m = find_merge(symbols[k].id, symbols[k + 1].id)) {
+      heap.push_back(
+          {static_cast<uint32_t>(*m >> 32), static_cast<uint32_t>(k), static_cast<uint32_t>(*m)});
+    }
+  }
+  std::make_heap(heap.begin(), heap.end());
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end());
+    Merge top = heap.back();
+    heap.pop_back();
+    Symbol& cur = symbols[top.pos];
+    if (cur.len == 0 || cur.next == -1) continue;
+    size_t next_pos = static_cast<size_t>(cur.next);
+    Symbol right = symbols[next_pos];
+    const uint64_t* m = find_merge(cur.id, right.id);
+    if (m == nullptr || static_cast<uint32_t>(*m) != top.new_id) continue;
+    cur.id = top.new_id;
+    cur.len += right.len;
+    cur.next = right.next;
+    symbols[next_pos].len = 0;
+    if (right.next >= 0)
+      symbols[static_cast<size_t>(right.next)].prev = static_cast<int32_t>(top.pos);
+    if (cur.prev >= 0) {
+      const Symbol& prev = symbols[static_cast<size_t>(cur.prev)];
+      if (const uint64_t* pm = find_merge(prev.id, cur.id)) {
+        heap.push_back({static_cast<uint32_t>(*pm >> 32), static_cast<uint32_t>(cur.prev),
+                        static_cast<uint32_t>(*pm)});
+        std::push_heap(heap.begin(), heap.end());
+      }
+    }
+    if (cur.next >= 0) {
+      const Symbol& next = symbols[static_cast<size_t>(cur.next)];
+      if (const uint64_t* nm = find_merge(cur.id, next.id)) {
+        heap.push_back({static_cast<uint32_t>(*nm >> 32), top.pos, static_cast<uint32_t>(*nm)});
+        std::push_heap(heap.begin(), heap.end());
+      }
+    }
+  }
+  for (const Symbol& s : symbols) {
+    if (s.len != 0) out->push_back(s.id);
+  }
+}
+
+}  // namespace infera::tokenizer

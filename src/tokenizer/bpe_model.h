@@ -1,0 +1,87 @@
+// BpeModel: the `model` section of tokenizer.json for type BPE — vocab, merges (both
+// "a b" strings and ["a", "b"] pairs), byte_fallback (<0xNN> tokens), unk_token and
+// fuse_unk, ignore_merges, continuing_subword_prefix / end_of_word_suffix.
+//
+// Merging follows Hugging Face's Word::merge_all exactly: repeatedly apply the pair
+// with the lowest merge rank, leftmost first. Byte-level models (a ByteLevel
+// pre-tokenizer) are stored keyed by raw bytes, so words are raw bytes and the
+// byte-to-unicode mapping costs nothing at encode time.
+//
+// Thread-safety: immutable after FromJson apart from the word -> ids cache, which is
+// sharded and mutex-protected; Tokenize may run concurrently.
+#ifndef INFERA_TOKENIZER_BPE_MODEL_H_
+#define INFERA_TOKENIZER_BPE_MODEL_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace infera::tokenizer {
+
+class BpeModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<BpeModel>> FromJson(const nlohmann::json& model,
+                                                            bool byte_level);
+
+  // Appends the ids of one pre-tokenized word (raw bytes for byte-level models).
+  // REQUIRES: word is non-empty; valid UTF-8 unless byte-level.
+  void Tokenize(std::string_view word, std::vector<uint32_t>* out) const;
+
+  // Lookups in tokenizer.json spelling (byte-level tokens as mapped characters).
+  std::optional<uint32_t> TokenToId(std::string_view token) const;
+  std::optional<std::string> IdToToken(uint32_t id) const;
+  size_t vocab_size() const { return id_to_token_.size(); }
+
+ private:
+  BpeModel() = default;
+  void TokenizeUncached(std::string_view word, std::vector<uint32_t>* out) const;
+  void MergeWord(std::string_view word, std::vector<uint32_t>* out) const;
+  bool SafeSplitBefore(std::string_view word, size_t pos) const;
+
+  bool byte_level_ = false;
+  bool byte_fallback_ = false;
+  bool ignore_merges_ = false;
+  bool fuse_unk_ = false;
+  std::optional<uint32_t> unk_id_;
+  std::string continuing_subword_prefix_;
+  std::string end_of_word_suffix_;
+
+  // Internal spelling (raw bytes for byte-level) -> id.
+  absl::flat_hash_map<std::string, uint32_t> vocab_;
+  std::vector<std::string> id_to_token_;  // tokenizer.json spelling, "" for holes
+  // (left id << 32 | right id) -> (rank << 32 | merged id).
+  absl::flat_hash_map<uint64_t, uint64_t> merges_;
+  // Fast initial symbols: byte -> id (byte-level) or <0xNN> id (byte fallback);
+  // kNone when absent.
+  static constexpr uint32_t kNone = 0xFFFFFFFFu;
+  std::array<uint32_t, 256> byte_ids_{};
+  std::array<uint32_t, 256> fallback_ids_{};
+  absl::flat_hash_map<char32_t, uint32_t> char_ids_;  // single-character tokens
+  // Long words of non-byte-level models are split before `split_char_` (the Metaspace
+  // replacement) where no vocabulary token spans the boundary (see .cc).
+  std::string split_char_;
+  absl::flat_hash_map<char32_t, bool> joins_split_char_;  // chars c with "c▁" in a token
+
+  // Word -> ids cache, sharded.
+  struct Shard {
+    std::mutex mu;
+    absl::flat_hash_map<std::string, std::vector<uint32_t>> map;
+  };
+  static constexpr size_t kShards = 16;
+  static constexpr size_t kMaxEntriesPerShard = 16384;
+  static constexpr size_t kMaxCachedWordBytes = 128;
+  mutable std::array<Shard, kShards> cache_;
+};
+
+}  // namespace infera::tokenizer
+
+#endif  // INFERA_TOKENIZER_BPE_MODEL_H_

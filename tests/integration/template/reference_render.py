@@ -1,0 +1,104 @@
+"""The reference renderer: Python Jinja2 configured the way Hugging Face transformers
+configures it for chat templates (transformers/utils/chat_template_utils.py,
+_compile_jinja_template), with the request context vLLM builds.
+
+Run with /usr/bin/python3 (Debian's python3-jinja2).
+"""
+
+import datetime
+import json
+import os
+
+import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+class RaisedError(jinja2.exceptions.TemplateError):
+    """raise_exception(message) from a template."""
+
+
+class GenerationBlocks(Extension):
+    """{% generation %}...{% endgeneration %}: transformers registers an extension for this
+    tag (to track assistant spans); for rendering it outputs its body unchanged."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.CallBlock(self.call_method("_render", []), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
+
+
+def make_environment(now):
+    def raise_exception(message):
+        raise RaisedError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    def strftime_now(format):
+        return now.strftime(format)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[loopcontrols, GenerationBlocks])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+class ChatRenderer:
+    """Loads a model folder like infera::chat::ChatTemplate::Load."""
+
+    def __init__(self, model_dir, now):
+        self.env = make_environment(now)
+        config_path = os.path.join(model_dir, "tokenizer_config.json")
+        config = {}
+        if os.path.exists(config_path):
+            with open(config_path, encoding="utf-8") as f:
+                config = json.load(f)
+        self.special_tokens = {}
+        for key, value in config.items():
+            if not key.endswith("_token"):
+                continue
+            if isinstance(value, str):
+                self.special_tokens[key] = value
+            elif isinstance(value, dict) and isinstance(value.get("content"), str):
+                self.special_tokens[key] = value["content"]
+        self.templates = {}
+        jinja_path = os.path.join(model_dir, "chat_template.jinja")
+        if os.path.exists(jinja_path):
+            with open(jinja_path, encoding="utf-8") as f:
+                self.templates["default"] = self.env.from_string(f.read())
+            return
+        source = config.get("chat_template")
+        if isinstance(source, str):
+            self.templates["default"] = self.env.from_string(source)
+        else:
+            for entry in source:
+                if entry["name"] in ("default", "tool_use"):
+                    self.templates[entry["name"]] = self.env.from_string(entry["template"])
+
+    def render(self, body):
+        tools = body.get("tools")
+        if tools is not None and "tool_use" in self.templates:
+            template = self.templates["tool_use"]
+        else:
+            template = self.templates["default"]
+        context = dict(self.special_tokens)
+        context["messages"] = body["messages"]
+        context["tools"] = tools
+        context["documents"] = body.get("documents")
+        context["add_generation_prompt"] = body.get("add_generation_prompt", True)
+        context.update(body.get("chat_template_kwargs") or {})
+        return template.render(**context)
+
+
+def parse_now(text):
+    return datetime.datetime.fromisoformat(text)
