@@ -193,6 +193,12 @@ absl::StatusOr<int64_t> EtcdClient::DeleteKey(std::string_view key) {
   return ParseHeaderRevision(*response);
 }
 
+absl::Status EtcdClient::Compact(int64_t revision) {
+  auto response = PostUnary("/v3/kv/compaction", CompactionRequest(revision));
+  if (!response.ok()) return response.status();
+  return ParseHeaderRevision(*response).status();
+}
+
 absl::StatusOr<EtcdLease> EtcdClient::LeaseGrant(int64_t ttl_s) {
   auto response = PostUnary("/v3/lease/grant", LeaseGrantRequest(ttl_s));
   if (!response.ok()) return response.status();

@@ -55,6 +55,8 @@ class EtcdClient {
   // Returns the revision of the write.
   absl::StatusOr<int64_t> Put(std::string_view key, std::string_view value, int64_t lease_id = 0);
   absl::StatusOr<int64_t> DeleteKey(std::string_view key);
+  // Compacts the history up to revision (operators and tests).
+  absl::Status Compact(int64_t revision);
   absl::StatusOr<EtcdLease> LeaseGrant(int64_t ttl_s);
   // One keepalive round trip; the returned ttl_s <= 0 means the lease is gone.
   absl::StatusOr<EtcdLease> LeaseKeepAlive(int64_t lease_id);

@@ -129,6 +129,10 @@ std::string WatchPrefixRequest(std::string_view prefix, int64_t start_revision) 
   return json{{"create_request", create}}.dump();
 }
 
+std::string CompactionRequest(int64_t revision) {
+  return json{{"revision", std::to_string(revision)}}.dump();
+}
+
 std::string LeaseGrantRequest(int64_t ttl_s) { return json{{"TTL", std::to_string(ttl_s)}}.dump(); }
 
 std::string LeaseIdRequest(int64_t lease_id) {

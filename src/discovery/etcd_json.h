@@ -67,6 +67,7 @@ std::string RangePrefixRequest(std::string_view prefix);
 std::string PutRequest(std::string_view key, std::string_view value, int64_t lease_id);
 std::string DeleteKeyRequest(std::string_view key);
 std::string WatchPrefixRequest(std::string_view prefix, int64_t start_revision);
+std::string CompactionRequest(int64_t revision);
 std::string LeaseGrantRequest(int64_t ttl_s);
 std::string LeaseIdRequest(int64_t lease_id);  // keepalive and revoke
 
