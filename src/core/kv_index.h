@@ -88,7 +88,9 @@ class KvIndex {
   void ApplyCleared(TargetId id);
 
   // Inserts router hashes directly (tests, benchmarks, the offline simulator when it
-  // shares hashes with the router). No engine mapping is recorded.
+  // shares hashes with the router). No engine mapping is recorded, so the next
+  // ApplyCleared/RemoveTarget of this target scans the whole table (O(all rows))
+  // instead of the target's map.
   void InsertRouterHashes(TargetId id, std::span<const BlockHash> router_hashes, Tier tier);
   // Drops router hashes from `tier` directly (the counterpart of InsertRouterHashes);
   // returns how many (target, hash, tier) entries were dropped.
