@@ -68,6 +68,9 @@ function cjk(vocab) {
     const s = Buffer.from(bytes).toString('utf8');
     if (/^[\u4e00-\u9fff]{2,4}$/u.test(s)) words.push(s);
   }
+  if (words.length < 1000) {  // not a byte-level vocabulary: tokens are plain text
+    for (const tok of Object.keys(vocab)) if (/^[\u4e00-\u9fff]{2,4}$/u.test(tok)) words.push(tok);
+  }
   words.sort();
   const rng = mulberry32(42);
   let out = '';

@@ -13,7 +13,6 @@ namespace {
 
 absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-constexpr char kMetaspace[] = "\xE2\x96\x81";  // U+2581
 
 // GPT-2's byte <-> unicode table: printable Latin-1 bytes map to themselves, the
 // others to U+0100 + n in byte order.
@@ -190,20 +189,18 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
       char32_t c = unicode::DecodeAt(tok, &i);
       if (i == tok.size()) m->char_ids_[c] = id;
     }
-    // Splitting words before U+2581 is exact when no token has "c▁" for the char c
-    // before it: no merge can then join the two sides (doc/tokenizer.md).
-    if (spelling.contains(kMetaspace) && m->continuing_subword_prefix_.empty() &&
-        m->end_of_word_suffix_.empty()) {
-      m->split_char_ = kMetaspace;
+    // Cutting a word between adjacent characters x, y is exact when no vocabulary
+    // token contains "xy": no merge can then join the two sides (doc/tokenizer.md).
+    if (m->continuing_subword_prefix_.empty() && m->end_of_word_suffix_.empty()) {
+      m->split_words_ = true;
       for (const auto& [tok, id] : spelling) {
-        size_t pos = tok.find(kMetaspace, 1);
-        while (pos != std::string::npos) {
-          std::string_view before(tok.data(), pos);
-          if (unicode::ValidUtf8Prefix(before) == before.size()) {
-            size_t k = unicode::LastCharStart(before);
-            m->joins_split_char_[unicode::DecodeAt(before, &k)] = true;
-          }
-          pos = tok.find(kMetaspace, pos + 1);
+        if (tok.size() < 2 || unicode::ValidUtf8Prefix(tok) != tok.size()) continue;
+        size_t i = 0;
+        char32_t prev = unicode::DecodeAt(tok, &i);
+        while (i < tok.size()) {
+          char32_t c = unicode::DecodeAt(tok, &i);
+          m->bigrams_.insert((uint64_t{prev} << 32) | c);
+          prev = c;
         }
       }
     }
@@ -229,13 +226,6 @@ std::optional<std::string> BpeModel::IdToToken(uint32_t id) const {
   return id_to_token_[id];
 }
 
-bool BpeModel::SafeSplitBefore(std::string_view word, size_t pos) const {
-  // REQUIRES: word[pos..] starts with split_char_, pos > 0.
-  size_t k = unicode::LastCharStart(word.substr(0, pos));
-  char32_t before = unicode::DecodeAt(word, &k);
-  return !joins_split_char_.contains(before);
-}
-
 void BpeModel::Tokenize(std::string_view word, std::vector<uint32_t>* out) const {
   if (word.empty()) return;
   if (ignore_merges_) {
@@ -245,15 +235,23 @@ void BpeModel::Tokenize(std::string_view word, std::vector<uint32_t>* out) const
       return;
     }
   }
-  if (!split_char_.empty() && word.size() > split_char_.size()) {
+  if (split_words_ && word.size() > 1) {
+    // Cut between characters x, y that are both single-character tokens (so never
+    // unknown or byte fallback) when no token contains "xy".
     size_t start = 0;
-    size_t pos = word.find(split_char_, 1);
-    while (pos != std::string_view::npos) {
-      if (SafeSplitBefore(word, pos)) {
-        TokenizeUncached(word.substr(start, pos - start), out);
-        start = pos;
+    size_t i = 0;
+    char32_t prev = unicode::DecodeAt(word, &i);
+    bool prev_known = char_ids_.contains(prev);
+    while (i < word.size()) {
+      size_t at = i;
+      char32_t c = unicode::DecodeAt(word, &i);
+      bool known = char_ids_.contains(c);
+      if (prev_known && known && !bigrams_.contains((uint64_t{prev} << 32) | c)) {
+        TokenizeUncached(word.substr(start, at - start), out);
+        start = at;
       }
-      pos = word.find(split_char_, pos + split_char_.size());
+      prev = c;
+      prev_known = known;
     }
     TokenizeUncached(word.substr(start), out);
     return;

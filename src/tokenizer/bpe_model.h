@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
@@ -45,7 +46,6 @@ class BpeModel {
   BpeModel() = default;
   void TokenizeUncached(std::string_view word, std::vector<uint32_t>* out) const;
   void MergeWord(std::string_view word, std::vector<uint32_t>* out) const;
-  bool SafeSplitBefore(std::string_view word, size_t pos) const;
 
   bool byte_level_ = false;
   bool byte_fallback_ = false;
@@ -66,10 +66,10 @@ class BpeModel {
   std::array<uint32_t, 256> byte_ids_{};
   std::array<uint32_t, 256> fallback_ids_{};
   absl::flat_hash_map<char32_t, uint32_t> char_ids_;  // single-character tokens
-  // Long words of non-byte-level models are split before `split_char_` (the Metaspace
-  // replacement) where no vocabulary token spans the boundary (see .cc).
-  std::string split_char_;
-  absl::flat_hash_map<char32_t, bool> joins_split_char_;  // chars c with "c▁" in a token
+  // Non-byte-level words are cut between characters that never touch inside a token
+  // (see Tokenize): the adjacent character pairs of all vocabulary tokens.
+  bool split_words_ = false;
+  absl::flat_hash_set<uint64_t> bigrams_;
 
   // Word -> ids cache, sharded.
   struct Shard {

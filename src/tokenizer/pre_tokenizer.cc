@@ -32,6 +32,18 @@ absl::StatusOr<Behavior> ParseBehavior(const nlohmann::json& config) {
 // ranges of non-empty pieces to *out.
 void ApplyBehavior(const std::vector<Range>& matches, size_t n, Behavior behavior, bool invert,
                    std::vector<Range>* out) {
+  if (behavior == Behavior::kIsolated && !invert) {
+    // Every gap and every match is its own piece (the common Split of byte-level
+    // models): emit them directly.
+    size_t prev = 0;
+    for (auto [s, e] : matches) {
+      if (prev != s) out->emplace_back(prev, s);
+      if (s != e) out->emplace_back(s, e);
+      prev = e;
+    }
+    if (prev != n) out->emplace_back(prev, n);
+    return;
+  }
   // (range, is_match) covering [0, n).
   struct Part {
     size_t s, e;
@@ -102,11 +114,6 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromJson(const nlohm
   auto p = std::unique_ptr<PreTokenizer>(new PreTokenizer());
   absl::Status s = AddSteps(config, p.get());
   if (!s.ok()) return s;
-  for (size_t i = 0; i + 1 < p->steps_.size(); ++i) {
-    if (p->steps_[i].kind == Kind::kByteLevel) {
-      return absl::InvalidArgumentError("pre_tokenizer: ByteLevel must be the last step");
-    }
-  }
   return p;
 }
 
@@ -116,6 +123,9 @@ absl::Status PreTokenizer::AddSteps(const nlohmann::json& config, PreTokenizer* 
   }
   std::string type = config["type"].get<std::string>();
   Step step;
+  if (type != "Sequence" && p->byte_level_) {
+    return absl::InvalidArgumentError("pre_tokenizer: ByteLevel must be the last step");
+  }
   if (type == "Sequence") {
     if (!config.contains("pretokenizers") || !config["pretokenizers"].is_array()) {
       return absl::InvalidArgumentError("pre_tokenizer Sequence: 'pretokenizers' expected");
@@ -132,10 +142,12 @@ absl::Status PreTokenizer::AddSteps(const nlohmann::json& config, PreTokenizer* 
     step.invert = config.value("invert", false);
     const auto& pattern = config.contains("pattern") ? config["pattern"] : nlohmann::json();
     if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
-      auto re = Regex::Compile(pattern["Regex"].get<std::string>());
+      std::string source = pattern["Regex"].get<std::string>();
+      auto re = Regex::Compile(source);
       if (!re.ok()) return re.status();
       step.kind = Kind::kSplitRegex;
       step.regex = std::move(*re);
+      step.fast = Gpt4Splitter::ForPattern(source);
     } else if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string()) {
       step.kind = Kind::kSplitString;
       step.literal = pattern["String"].get<std::string>();
@@ -155,6 +167,9 @@ absl::Status PreTokenizer::AddSteps(const nlohmann::json& config, PreTokenizer* 
       step.regex = std::move(*re);
     }
     p->byte_level_ = true;
+    // Without a prefix space or regex the step only maps bytes to characters, which
+    // the byte-keyed model makes unnecessary: no step at all.
+    if (!step.add_prefix_space && !step.use_regex) return absl::OkStatus();
   } else if (type == "Metaspace") {
     step.kind = Kind::kMetaspace;
     step.literal = config.value("replacement", std::string("\xE2\x96\x81"));
@@ -217,7 +232,11 @@ void PreTokenizer::ApplyStep(const Step& step, const Word& piece, std::vector<Wo
   };
   switch (step.kind) {
     case Kind::kSplitRegex:
-      step.regex->FindAll(text, &matches);
+      if (step.fast != nullptr) {
+        step.fast->FindAll(text, &matches);
+      } else {
+        step.regex->FindAll(text, &matches);
+      }
       ApplyBehavior(matches, text.size(), step.behavior, step.invert, &kept);
       emit(text, piece.at_origin);
       return;

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "tokenizer/gpt4_splitter.h"
 #include "tokenizer/regex.h"
 
 namespace infera::tokenizer {
@@ -60,8 +61,9 @@ class PreTokenizer {
   enum class Prepend { kAlways, kFirst, kNever };
   struct Step {
     Kind kind;
-    std::unique_ptr<Regex> regex;  // kSplitRegex, kWhitespace, ByteLevel use_regex
-    std::string literal;           // kSplitString pattern, Metaspace replacement
+    std::unique_ptr<Regex> regex;        // kSplitRegex, kWhitespace, ByteLevel use_regex
+    std::unique_ptr<Gpt4Splitter> fast;  // kSplitRegex with a GPT-4-style pattern
+    std::string literal;                 // kSplitString pattern, Metaspace replacement
     Behavior behavior = Behavior::kIsolated;
     bool invert = false;
     bool add_prefix_space = false;  // ByteLevel

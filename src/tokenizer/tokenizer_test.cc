@@ -219,6 +219,11 @@ TEST(TokenizerTest, BadFilesGiveClearErrors) {
               HasSubstr("bad regex"));
 
   j = testing::ByteLevelTokenizer();
+  j["pre_tokenizer"]["pretokenizers"].push_back({{"type", "Digits"}});
+  EXPECT_THAT(std::string(Tokenizer::FromJson(j.dump()).status().message()),
+              HasSubstr("ByteLevel must be the last step"));
+
+  j = testing::ByteLevelTokenizer();
   j["added_tokens"][0]["id"] = "one";
   EXPECT_EQ(Tokenizer::FromJson(j.dump()).status().code(), absl::StatusCode::kInvalidArgument);
 }
