@@ -53,7 +53,11 @@ int main(int argc, char** argv) {
   app.add_option("--keepalive-s", options.keepalive_interval_s, "keepalive interval in seconds")
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help exits 0; every flag error exits 2
+  }
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   absl::StatusOr<WorkerRecord> record;

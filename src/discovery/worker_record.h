@@ -1,6 +1,7 @@
 // WorkerRecord: what a worker publishes about itself (architecture §11, doc/discovery.md).
 //
-// The same JSON record appears as an etcd value under `<prefix><host>:<port>`, in a
+// The same JSON record appears as an etcd value under `<prefix><worker_id>` (worker_id
+// is "host:port" of the url unless given), in a
 // `--workers-file` list, in a Kubernetes Pod annotation, and is built from a
 // `--worker URL,key=value,...` flag:
 //

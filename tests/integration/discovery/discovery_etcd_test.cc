@@ -357,3 +357,33 @@ TEST_F(DiscoveryEtcdTest, DiscoveryStartsBeforeEtcdAndStopsPromptlyWhileDown) {
 
 }  // namespace
 }  // namespace infera::discovery
+
+namespace infera::discovery {
+namespace {
+
+// Bad flags or records make the sidecar exit 2 with a message, before any etcd I/O.
+TEST(InferaRegisterFlagsTest, RejectsBadRecordsAndSettings) {
+  const std::string log = ::testing::TempDir() + "/infera_register_flags.log";
+  const std::vector<std::vector<std::string>> cases = {
+      {"--url", "10.0.0.5:30000"},
+      {"--url", "http://h:1", "--engine", "trt"},
+      {"--url", "http://h:1", "--dp-size", "0"},
+      {"--record-json", "{not json"},
+      {"--record-json", R"({"url": "http://h:1"})", "--url", "http://h:2"},
+      {"--url", "http://h:1", "--lease-ttl-s", "1"},
+      {"--url", "http://h:1", "--lease-ttl-s", "10", "--keepalive-s", "10"},
+      {"--url", "http://h:1", "--etcd-endpoint", "no-port"},
+      {"--url", "http://h:1", "--kv-block-size", "-3"},
+  };
+  for (const auto& args : cases) {
+    std::vector<std::string> argv = {INFERA_REGISTER_BIN};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ChildProcess p(argv, log);
+    ASSERT_TRUE(p.Start().ok());
+    int code = p.Wait(kWaitMs);
+    EXPECT_EQ(code, 2) << args[0] << " " << args[1];
+  }
+}
+
+}  // namespace
+}  // namespace infera::discovery
