@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 
+#include "core/hashing.h"
+
 namespace infera::sim {
 
 struct Engine::Seq {
@@ -11,8 +13,9 @@ struct Engine::Seq {
   size_t prompt_len = 0;
   size_t max_tokens = 1;
   size_t outputs = 0;
-  size_t computed = 0;                  // tokens whose KV is computed (or cached)
-  std::vector<core::BlockHash> hashes;  // engine hashes of the full blocks of `tokens`
+  size_t computed = 0;                         // tokens whose KV is computed (or cached)
+  std::vector<core::BlockHash> hashes;         // engine hashes of the full blocks of `tokens`
+  std::vector<core::BlockHash> router_hashes;  // only with track_router_hashes
   std::vector<BlockId> blocks;
   size_t cached_blocks = 0;  // blocks[0, cached_blocks) are registered in the cache
   uint32_t cached_tokens = 0;
@@ -110,13 +113,24 @@ void Engine::CacheFullBlocks(Seq* seq) {
     const core::BlockHash parent = i == 0 ? 0 : seq->hashes[i - 1];
     seq->hashes.push_back(EngineHash(parent, tokens.subspan(i * bs, bs), config_.hash_seed));
   }
+  if (config_.track_router_hashes) {
+    while (seq->router_hashes.size() < full) {
+      const size_t i = seq->router_hashes.size();
+      const core::BlockHash parent = i == 0 ? 0 : seq->router_hashes[i - 1];
+      seq->router_hashes.push_back(core::HashChunk(parent, tokens.subspan(i * bs, bs)));
+    }
+  }
   if (config_.enable_prefix_caching) {
     const size_t first = seq->cached_blocks;
+    std::span<const core::BlockHash> aux;
+    if (config_.track_router_hashes) {
+      aux = std::span<const core::BlockHash>(seq->router_hashes).subspan(first, full - first);
+    }
     std::optional<core::BlockHash> parent;
     if (first > 0) parent = seq->hashes[first - 1];
     cache_.Cache(std::span<const BlockId>(seq->blocks).subspan(first, full - first),
                  std::span<const core::BlockHash>(seq->hashes).subspan(first, full - first), parent,
-                 tokens.subspan(first * bs, (full - first) * bs));
+                 tokens.subspan(first * bs, (full - first) * bs), aux);
   }
   seq->cached_blocks = full;
 }

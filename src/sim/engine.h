@@ -43,6 +43,9 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   uint64_t hash_seed = 0x1f2e3d4c5b6a7988ULL;  // the engine's own hash seed
   uint32_t vocab_size = 32000;                 // for generated tokens
+  // Also keep the router's hash (core::HashChunk chain) of every cached block, for
+  // the mock engine's debug dump. Costs one more hash per block.
+  bool track_router_hashes = false;
   TimingModel timing;
 };
 

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <numeric>
+
+#include "core/hashing.h"
 
 namespace infera::sim {
 namespace {
@@ -212,6 +215,29 @@ TEST(EngineTest, ContinuousBatchingRespectsMaxNumSeqs) {
   EXPECT_EQ(e.NumWaiting(), 3u);
   auto out = RunToIdle(e);
   EXPECT_EQ(out.size(), 5u);
+}
+
+}  // namespace
+}  // namespace infera::sim
+
+namespace infera::sim {
+namespace {
+
+TEST(EngineTest, TracksRouterHashesOfCachedBlocksWhenAsked) {
+  EngineConfig cfg = SmallConfig();
+  cfg.track_router_hashes = true;
+  Engine e(cfg);
+  std::vector<core::TokenId> p = Tokens(40, 3);
+  ASSERT_TRUE(e.AddRequest({1, p, 1}));
+  RunToIdle(e);
+  std::vector<core::BlockHash> router = core::HashChain(p, 16);
+  std::vector<core::BlockHash> engine = e.HashBlocks(p);
+  auto blocks = e.cache().CachedBlocks();
+  std::sort(blocks.begin(), blocks.end());
+  std::vector<std::pair<core::BlockHash, core::BlockHash>> want = {{engine[0], router[0]},
+                                                                   {engine[1], router[1]}};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(blocks, want);
 }
 
 }  // namespace

@@ -115,7 +115,8 @@ void KvCache::Allocate(size_t n, std::vector<BlockId>& out) {
 }
 
 void KvCache::Cache(std::span<const BlockId> blocks, std::span<const core::BlockHash> hashes,
-                    std::optional<core::BlockHash> parent, std::span<const core::TokenId> tokens) {
+                    std::optional<core::BlockHash> parent, std::span<const core::TokenId> tokens,
+                    std::span<const core::BlockHash> aux) {
   assert(blocks.size() == hashes.size());
   assert(tokens.size() == blocks.size() * block_size_);
   KvEvent* open = nullptr;  // the BlockStored being extended by consecutive new blocks
@@ -130,6 +131,7 @@ void KvCache::Cache(std::span<const BlockId> blocks, std::span<const core::Block
     cached_.emplace(h, blocks[i]);
     b.cached = true;
     b.hash = h;
+    b.aux = aux.empty() ? 0 : aux[i];
     if (open == nullptr) {
       KvEvent ev;
       ev.kind = KvEvent::Kind::kBlockStored;
@@ -168,6 +170,13 @@ std::vector<core::BlockHash> KvCache::CachedHashes() const {
   std::vector<core::BlockHash> out;
   out.reserve(cached_.size());
   for (const auto& [h, id] : cached_) out.push_back(h);
+  return out;
+}
+
+std::vector<std::pair<core::BlockHash, core::BlockHash>> KvCache::CachedBlocks() const {
+  std::vector<std::pair<core::BlockHash, core::BlockHash>> out;
+  out.reserve(cached_.size());
+  for (const auto& [h, id] : cached_) out.emplace_back(h, blocks_[id].aux);
   return out;
 }
 

@@ -60,8 +60,12 @@ class KvCache {
   // `parent` (none for a chain's first block). Blocks whose hash is already cached
   // (another copy) stay uncached. Emits one BlockStored per run of new blocks.
   // REQUIRES: blocks.size() == hashes.size(), tokens.size() == bs × blocks.size().
+  // `aux` (empty, or one per block) is stored beside each newly cached block and
+  // returned by CachedBlocks(): the mock engine keeps the router's hash there for
+  // its debug dump.
   void Cache(std::span<const BlockId> blocks, std::span<const core::BlockHash> hashes,
-             std::optional<core::BlockHash> parent, std::span<const core::TokenId> tokens);
+             std::optional<core::BlockHash> parent, std::span<const core::TokenId> tokens,
+             std::span<const core::BlockHash> aux = {});
   // Drops one reference from each block; blocks reaching 0 join the free queue tail
   // in reverse order.
   void Release(std::span<const BlockId> blocks);
@@ -71,6 +75,8 @@ class KvCache {
 
   // The engine hashes currently cached (debug dump).
   std::vector<core::BlockHash> CachedHashes() const;
+  // (engine hash, aux) of every cached block.
+  std::vector<std::pair<core::BlockHash, core::BlockHash>> CachedBlocks() const;
   bool IsCached(core::BlockHash hash) const { return cached_.contains(hash); }
 
   std::vector<KvEvent> TakeEvents();
@@ -81,6 +87,7 @@ class KvCache {
   static constexpr BlockId kNone = UINT32_MAX;
   struct Block {
     core::BlockHash hash = 0;
+    core::BlockHash aux = 0;
     uint32_t ref = 0;
     BlockId prev = kNone;  // free-queue links, valid while ref == 0
     BlockId next = kNone;

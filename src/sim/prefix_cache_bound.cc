@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/hashing.h"
+
 namespace infera::sim {
 
 PrefixCacheBound::PrefixCacheBound(size_t capacity_blocks, size_t block_size)
@@ -74,6 +76,31 @@ void PrefixCacheBound::Add(std::span<const core::BlockHash> chain, size_t prompt
     for (size_t i = chain.size(); i-- > 0;) Touch(chain[i]);
   }
   hit_tokens_ += std::min(hits, max_hit) * block_size_;
+}
+
+BoundRates ComputeBounds(const Workload& workload, size_t block_size, size_t pooled_capacity_blocks,
+                         const std::function<void(size_t)>& progress) {
+  PrefixCacheBound pooled(pooled_capacity_blocks, block_size);
+  PrefixCacheBound infinite(0, block_size);
+  std::vector<core::TokenId> tokens;
+  std::vector<core::BlockHash> chain;
+  size_t reported = 0;
+  for (size_t i = 0; i < workload.requests.size(); ++i) {
+    workload.Materialize(workload.requests[i], tokens);
+    chain.clear();
+    core::AppendChain(tokens, block_size, 0, chain);
+    if (pooled_capacity_blocks > 0) pooled.Add(chain, tokens.size());
+    infinite.Add(chain, tokens.size());
+    if (progress && (i + 1) % 256 == 0) {
+      progress(i + 1 - reported);
+      reported = i + 1;
+    }
+  }
+  if (progress) progress(workload.requests.size() - reported);
+  BoundRates out;
+  out.pooled = pooled_capacity_blocks > 0 ? pooled.HitRate() : 0;
+  out.infinite = infinite.HitRate();
+  return out;
 }
 
 }  // namespace infera::sim

@@ -12,12 +12,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "core/types.h"
+#include "sim/workload.h"
 
 namespace infera::sim {
 
@@ -57,5 +59,15 @@ class PrefixCacheBound {
   uint32_t lru_ = kNone;
   uint32_t mru_ = kNone;
 };
+
+struct BoundRates {
+  double pooled = 0;  // 0 when pooled_capacity_blocks == 0
+  double infinite = 0;
+};
+// Hashes every prompt of `workload` once (router hashing, core::AppendChain) and
+// replays it through a pooled cache of `pooled_capacity_blocks` (0: skipped) and an
+// unlimited one. `progress(n)` is told every few hundred requests.
+BoundRates ComputeBounds(const Workload& workload, size_t block_size, size_t pooled_capacity_blocks,
+                         const std::function<void(size_t)>& progress = nullptr);
 
 }  // namespace infera::sim

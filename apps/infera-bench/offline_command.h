@@ -1,0 +1,32 @@
+// `infera-bench offline`: replays a workload through N simulated engines and the
+// router core in virtual time, once per policy, next to the pooled-LRU and
+// infinite-cache bounds (doc/sim.md).
+//
+// Thread-safety: runs the policies on `jobs` threads, each with its own simulation.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "sim/engine.h"
+#include "workload_flags.h"
+
+namespace infera::bench {
+
+struct OfflineFlags {
+  WorkloadFlags workload;
+  size_t engines = 8;
+  sim::EngineConfig engine;
+  std::string policies = "kv-aware,round-robin,random,least-load";
+  double recent_decay = 0.97;
+  double event_delay_ms = 0;
+  std::string json_path;
+  std::string svg_dir;
+  size_t jobs = 2;
+};
+
+void AddOfflineFlags(CLI::App& app, OfflineFlags& flags);
+// Returns the process exit code; prints the table on stdout.
+int RunOffline(const OfflineFlags& flags);
+
+}  // namespace infera::bench

@@ -1,0 +1,37 @@
+// Command-line selection of a benchmark workload, shared by `infera-bench offline`
+// and `infera-bench online` (doc/sim.md, "infera-bench").
+//
+// Thread-safety: plain functions.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sim/workload.h"
+
+namespace infera::bench {
+
+struct WorkloadFlags {
+  std::string trace;               // Mooncake JSONL file (selects the trace workload)
+  std::string workload = "trace";  // trace | shared-prefix | multi-turn
+  sim::MooncakeOptions mooncake;
+  sim::SharedPrefixOptions shared;
+  sim::MultiTurnOptions multi_turn;
+  size_t images_per_request = 0;
+  size_t distinct_images = 16;
+};
+
+void AddWorkloadFlags(CLI::App& app, WorkloadFlags& flags);
+absl::StatusOr<sim::Workload> BuildWorkload(const WorkloadFlags& flags);
+
+// One entry of --policies: "kv-aware", "kv-aware:4" (overlap weight 4),
+// "round-robin", "random", "least-load".
+struct PolicySpec {
+  std::string name;
+  double overlap_weight = 1.0;
+};
+absl::StatusOr<std::vector<PolicySpec>> ParsePolicySpecs(const std::string& list);
+
+}  // namespace infera::bench

@@ -1,0 +1,211 @@
+#include "sim/offline_simulator.h"
+
+#include <algorithm>
+#include <cassert>
+#include <deque>
+#include <limits>
+#include <queue>
+#include <string>
+
+#include "core/kv_index.h"
+
+namespace infera::sim {
+namespace {
+
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+struct EngineSlot {
+  std::unique_ptr<Engine> engine;
+  core::TargetId target = 0;
+  bool busy = false;
+  StepResult pending;
+  std::vector<KvEvent> pending_events;
+};
+
+struct Delivery {
+  int64_t time_ns;
+  uint32_t engine;
+  std::vector<KvEvent> events;
+};
+
+class Simulation {
+ public:
+  Simulation(const Workload& workload, const OfflineConfig& config, const ProgressFn& progress)
+      : workload_(workload),
+        config_(config),
+        progress_(progress),
+        selector_(config.policy, index_),
+        guards_(workload.requests.size()) {
+    for (size_t e = 0; e < config.engines; ++e) {
+      EngineSlot slot;
+      slot.engine = std::make_unique<Engine>(config.engine);
+      slot.target =
+          index_.AddTarget({"sim-engine-" + std::to_string(e), 0}, config.engine.block_size);
+      candidates_.push_back(slot.target);
+      engines_.push_back(std::move(slot));
+    }
+    result_.requests.resize(workload.requests.size());
+    const int64_t span = workload.requests.empty() ? 0 : workload.requests.back().arrival_ns;
+    sample_interval_ns_ = config.sample_interval_ns > 0
+                              ? config.sample_interval_ns
+                              : std::max<int64_t>(1'000'000'000, span / 400);
+  }
+
+  OfflineResult Run() {
+    const size_t n = workload_.requests.size();
+    size_t next = 0;
+    while (true) {
+      const int64_t t_arrival = next < n ? workload_.requests[next].arrival_ns : kNever;
+      const int64_t t_step = steps_.empty() ? kNever : steps_.top().first;
+      const int64_t t_delivery = deliveries_.empty() ? kNever : deliveries_.front().time_ns;
+      const int64_t t = std::min({t_arrival, t_step, t_delivery});
+      if (t == kNever) break;
+      Sample(t);
+      if (t_delivery == t) {
+        Deliver();
+      } else if (t_step == t) {
+        const uint32_t e = steps_.top().second;
+        steps_.pop();
+        CompleteStep(e, t);
+      } else {
+        Arrive(next++, t);
+        if (progress_ && (next % 256 == 0 || next == n)) progress_(next, n);
+      }
+      result_.end_ns = t;
+    }
+    for (const EngineSlot& s : engines_) {
+      result_.engine_stats.push_back(s.engine->stats());
+      result_.engine_block_counts.push_back(s.engine->cache().NumCached());
+      result_.router_block_counts.push_back(index_.BlockCount(s.target));
+    }
+    return std::move(result_);
+  }
+
+ private:
+  void Sample(int64_t t) {
+    while (next_sample_ns_ <= t) {
+      std::vector<uint32_t> load;
+      load.reserve(engines_.size());
+      for (const EngineSlot& s : engines_) {
+        load.push_back(static_cast<uint32_t>(s.engine->NumRunning() + s.engine->NumWaiting()));
+      }
+      result_.sample_times_ns.push_back(next_sample_ns_);
+      result_.load_samples.push_back(std::move(load));
+      next_sample_ns_ += sample_interval_ns_;
+    }
+  }
+
+  void StartStep(uint32_t e, int64_t t) {
+    EngineSlot& s = engines_[e];
+    s.pending = s.engine->Step();
+    s.pending_events = s.engine->TakeEvents();
+    s.busy = true;
+    // A step always computes something (the engine's invariant); 1 µs keeps virtual
+    // time moving even if a zero-cost timing model is configured.
+    steps_.push({t + std::max<int64_t>(s.pending.duration_ns, 1000), e});
+  }
+
+  void CompleteStep(uint32_t e, int64_t t) {
+    EngineSlot& s = engines_[e];
+    for (const TokenOutput& o : s.pending.outputs) {
+      RequestOutcome& r = result_.requests[o.request_id];
+      if (o.index == 0) {
+        r.first_token_ns = t;
+        r.cached_tokens = o.cached_tokens;
+      }
+      r.output_tokens = o.index + 1;
+      if (o.finished) {
+        r.finish_ns = t;
+        core::LoadState::ActiveGuard done = std::move(guards_[o.request_id]);
+        done.Release();
+      }
+    }
+    s.pending.outputs.clear();
+    if (!s.pending_events.empty()) {
+      deliveries_.push_back({t + config_.event_delay_ns, e, std::move(s.pending_events)});
+      s.pending_events.clear();
+    }
+    s.busy = false;
+    if (s.engine->HasWork()) StartStep(e, t);
+  }
+
+  void Deliver() {
+    Delivery d = std::move(deliveries_.front());
+    deliveries_.pop_front();
+    const core::TargetId target = engines_[d.engine].target;
+    for (const KvEvent& ev : d.events) {
+      ++result_.kv_events_applied;
+      switch (ev.kind) {
+        case KvEvent::Kind::kBlockStored: {
+          core::StoreOutcome out =
+              index_.ApplyStored(target, ev.parent_hash, ev.block_hashes, ev.token_ids, ev.medium);
+          if (out == core::StoreOutcome::kUnknownParent) ++result_.kv_event_unknown_parent;
+          break;
+        }
+        case KvEvent::Kind::kBlockRemoved:
+          index_.ApplyRemoved(target, ev.block_hashes, ev.medium);
+          break;
+        case KvEvent::Kind::kAllBlocksCleared:
+          index_.ApplyCleared(target);
+          break;
+      }
+    }
+  }
+
+  void Arrive(size_t i, int64_t t) {
+    const WorkloadRequest& w = workload_.requests[i];
+    RequestOutcome& r = result_.requests[i];
+    r.arrival_ns = t;
+    r.prompt_tokens = w.prompt_tokens;
+    std::vector<core::TokenId> tokens;
+    workload_.Materialize(w, tokens);
+    request_id_ = "r" + std::to_string(i);
+    core::RoutingInput input;
+    input.role = core::Role::kMixed;
+    input.request_id = request_id_;
+    input.tokens = std::span<const core::TokenId>(tokens);
+    input.image_keys = w.image_keys;
+    absl::StatusOr<core::PickResult> pick = selector_.Pick(input, candidates_);
+    assert(pick.ok());  // candidates are never empty
+    const auto it = std::find(candidates_.begin(), candidates_.end(), pick->picked);
+    const uint32_t e = static_cast<uint32_t>(it - candidates_.begin());
+    r.engine = e;
+    r.router_hits = pick->cache_hits;
+    guards_[i] = std::move(pick->guard);
+    EngineSlot& s = engines_[e];
+    if (!s.engine->AddRequest({i, std::move(tokens), w.output_tokens})) {
+      r.rejected = true;
+      guards_[i].Release();
+      return;
+    }
+    if (!s.busy) StartStep(e, t);
+  }
+
+  const Workload& workload_;
+  const OfflineConfig& config_;
+  const ProgressFn& progress_;
+  core::KvIndex index_;
+  core::Selector selector_;
+  std::vector<EngineSlot> engines_;
+  std::vector<core::TargetId> candidates_;
+  std::vector<core::LoadState::ActiveGuard> guards_;
+  std::priority_queue<std::pair<int64_t, uint32_t>, std::vector<std::pair<int64_t, uint32_t>>,
+                      std::greater<>>
+      steps_;
+  std::deque<Delivery> deliveries_;
+  std::string request_id_;
+  int64_t next_sample_ns_ = 0;
+  int64_t sample_interval_ns_ = 0;
+  OfflineResult result_;
+};
+
+}  // namespace
+
+OfflineResult RunOffline(const Workload& workload, const OfflineConfig& config,
+                         const ProgressFn& progress) {
+  assert(config.engines > 0);
+  Simulation sim(workload, config, progress);
+  return sim.Run();
+}
+
+}  // namespace infera::sim

@@ -1,0 +1,77 @@
+// OfflineSimulator: N simulated engines behind the router core, in virtual time
+// (doc/sim.md).
+//
+// A discrete-event simulation. Three event sources, processed in time order (ties:
+// KV-event deliveries, then engine step completions, then arrivals):
+//  * arrival of a workload request: the router core (core::Selector over a
+//    core::KvIndex — the same policy code as infera-router) picks an engine; the
+//    pick's active-blocks guard is held until the request's last token; the
+//    engine queues the request and, if idle, starts a step;
+//  * engine step completion: the step's outputs become visible (first token →
+//    TTFT, last token → completion), the KV events the step produced are handed to
+//    the router after `event_delay_ns`, and the engine starts its next step if it
+//    has work;
+//  * KV-event delivery: the events are applied to the router's index exactly as
+//    the event ingester does (BlockStored with parent and token ids, rehashed into
+//    router hashes; BlockRemoved; AllBlocksCleared).
+//
+// Pure: no threads, no clock. Deterministic for a given workload and config.
+//
+// Thread-safety: Run() is self-contained; distinct simulations may run on
+// distinct threads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/selector.h"
+#include "sim/engine.h"
+#include "sim/workload.h"
+
+namespace infera::sim {
+
+struct OfflineConfig {
+  size_t engines = 8;
+  EngineConfig engine;
+  core::PolicyConfig policy;
+  int64_t event_delay_ns = 0;
+  // Load samples (requests per engine) are taken this often; 0 = about 400 samples.
+  int64_t sample_interval_ns = 0;
+};
+
+struct RequestOutcome {
+  int64_t arrival_ns = 0;
+  int64_t first_token_ns = -1;
+  int64_t finish_ns = -1;
+  uint32_t prompt_tokens = 0;
+  uint32_t cached_tokens = 0;  // what the engine served from its prefix cache
+  uint32_t output_tokens = 0;  // produced
+  uint32_t router_hits = 0;    // blocks the router believed the picked engine held
+  uint32_t engine = 0;
+  bool rejected = false;  // the engine refused it (prompt larger than its cache)
+};
+
+struct OfflineResult {
+  std::vector<RequestOutcome> requests;  // workload order
+  // load_samples[k][e]: requests queued or running on engine e at sample_times_ns[k].
+  std::vector<int64_t> sample_times_ns;
+  std::vector<std::vector<uint32_t>> load_samples;
+  std::vector<EngineStats> engine_stats;
+  // At the end of the run: blocks each engine caches, and blocks the router's index
+  // holds for it (equal when every event was delivered and applied).
+  std::vector<size_t> engine_block_counts;
+  std::vector<size_t> router_block_counts;
+  uint64_t kv_events_applied = 0;
+  uint64_t kv_event_unknown_parent = 0;
+  int64_t end_ns = 0;
+};
+
+// Called every few hundred arrivals with (arrivals so far, total).
+using ProgressFn = std::function<void(size_t, size_t)>;
+
+// REQUIRES: config.engines > 0, config.policy.Validate().ok().
+OfflineResult RunOffline(const Workload& workload, const OfflineConfig& config,
+                         const ProgressFn& progress = nullptr);
+
+}  // namespace infera::sim
