@@ -13,7 +13,6 @@ namespace {
 
 absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-
 // GPT-2's byte <-> unicode table: printable Latin-1 bytes map to themselves, the
 // others to U+0100 + n in byte order.
 struct ByteTable {
