@@ -1,0 +1,198 @@
+// infera-router: flags -> RouterOptions, discovery -> Router callbacks, signals.
+// `infera-router render ...` renders chat templates (src/template/render_command.h).
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstring>
+#include <memory>
+
+#include "discovery/etcd_discovery.h"
+#include "discovery/static_discovery.h"
+#include "router/router.h"
+#include "spdlog/spdlog.h"
+#include "template/render_command.h"
+
+namespace {
+
+sigset_t TerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "render") == 0) {
+    return infera::chat::RunRenderCommand(argc - 1, argv + 1);
+  }
+  using infera::router::RouterOptions;
+  RouterOptions opt;
+  CLI::App app{
+      "infera-router: KV-cache-aware router for LLM inference workers (OpenAI and Anthropic "
+      "HTTP API).\nSubcommand: `infera-router render --help` renders chat templates."};
+  std::string host = "0.0.0.0";
+  int port = 8000;
+  std::string policy = "kv-aware";
+  double prefill_w = -1, decode_w = -1;
+  std::string discovery_backend = "static";
+  std::string etcd_endpoint = "127.0.0.1:2379";
+  std::string etcd_prefix = "/infera/workers/";
+  std::vector<std::string> worker_flags;
+  std::string workers_file;
+  std::string kv_transport = "zmq";
+  std::string request_transport = "http";
+  std::string log_level = "info";
+  uint64_t max_body = opt.server.max_body_bytes;
+  uint32_t max_header = opt.server.max_header_bytes;
+
+  app.add_option("--host", host, "Address to listen on")->capture_default_str();
+  app.add_option("--port", port, "Port to listen on (0: any free port)")->capture_default_str();
+  app.add_option("--threads", opt.threads, "Event-loop threads (0: all cores)")
+      ->capture_default_str();
+  app.add_option("--router-policy", policy, "kv-aware | round-robin | random | least-load")
+      ->capture_default_str();
+  app.add_option("--kv-overlap-weight", opt.policy.overlap_weight,
+                 "Weight of missed prompt blocks against load (0: pure load balance)")
+      ->capture_default_str();
+  app.add_option("--kv-prefill-overlap-weight", prefill_w,
+                 "Overlap weight for prefill picks (default: --kv-overlap-weight)");
+  app.add_option("--kv-decode-overlap-weight", decode_w,
+                 "Overlap weight for decode picks (default: --kv-overlap-weight)");
+  app.add_option("--kv-host-hit-weight", opt.policy.host_hit_weight,
+                 "Credit of a host-tier cache hit relative to a device hit")
+      ->capture_default_str();
+  app.add_option("--kv-disk-hit-weight", opt.policy.disk_hit_weight,
+                 "Credit of a disk-tier cache hit relative to a device hit")
+      ->capture_default_str();
+  app.add_option("--kv-recent-decay", opt.policy.recent_decay,
+                 "Decay of recently-routed blocks per pick (0: off)")
+      ->capture_default_str();
+  app.add_option("--router-tokenizer-path", opt.tokenizer_path,
+                 "Directory with tokenizer.json and tokenizer_config.json (chat template); "
+                 "without it prompts are estimated as bytes/4 and only integer-array prompts "
+                 "get cache hits");
+  app.add_option("--discovery-backend", discovery_backend, "static | etcd")
+      ->capture_default_str();
+  app.add_option("--etcd-endpoint", etcd_endpoint, "etcd endpoints host:port[,host:port]")
+      ->capture_default_str();
+  app.add_option("--etcd-prefix", etcd_prefix, "etcd key prefix of worker records")
+      ->capture_default_str();
+  app.add_option("--worker", worker_flags,
+                 "Static worker: URL[,model=M,worker_id=ID,kv_events_endpoint=tcp://H:P,...] "
+                 "(repeatable)");
+  app.add_option("--workers-file", workers_file, "JSON list of worker records (etcd schema)");
+  app.add_option("--kv-event-transport", kv_transport, "zmq | none")->capture_default_str();
+  app.add_option("--kv-events-topic", opt.kv_events_topic,
+                 "ZMQ subscription topic prefix (empty: all)");
+  app.add_option("--request-transport", request_transport, "http")->capture_default_str();
+  app.add_option("--request-timeout-ms", opt.request_timeout_ms, "Per-request upstream deadline")
+      ->capture_default_str();
+  app.add_option("--max-attempts", opt.max_attempts,
+                 "Workers tried per request before the first byte (failover)")
+      ->capture_default_str();
+  app.add_option("--breaker-failures", opt.breaker_failures,
+                 "Consecutive failures that open a worker's circuit breaker")
+      ->capture_default_str();
+  app.add_option("--breaker-cooldown-ms", opt.breaker_cooldown_ms,
+                 "Open-breaker time before a half-open probe")
+      ->capture_default_str();
+  app.add_option("--max-body-bytes", max_body, "Request body limit (413 above)")
+      ->capture_default_str();
+  app.add_option("--max-header-bytes", max_header, "Request header limit (431 above)")
+      ->capture_default_str();
+  app.add_option("--idle-timeout-ms", opt.server.idle_timeout_ms,
+                 "Close idle keep-alive client connections after this")
+      ->capture_default_str();
+  app.add_option("--drain-timeout-ms", opt.server.drain_timeout_ms,
+                 "On SIGTERM, wait this long for in-flight requests")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace | debug | info | warn | error")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  auto parsed_policy = infera::core::ParsePolicy(policy);
+  if (!parsed_policy.ok()) {
+    spdlog::error("--router-policy: {}", parsed_policy.status().ToString());
+    return 2;
+  }
+  opt.policy.policy = *parsed_policy;
+  if (prefill_w >= 0) opt.policy.prefill_overlap_weight = prefill_w;
+  if (decode_w >= 0) opt.policy.decode_overlap_weight = decode_w;
+  if (absl::Status s = opt.policy.Validate(); !s.ok()) {
+    spdlog::error("{}", s.ToString());
+    return 2;
+  }
+  if (kv_transport != "zmq" && kv_transport != "none") {
+    spdlog::error("--kv-event-transport must be zmq or none (nats is not built in)");
+    return 2;
+  }
+  if (request_transport != "http") {
+    spdlog::error("--request-transport must be http");
+    return 2;
+  }
+  if (port < 0 || port > 65535) {
+    spdlog::error("--port out of range");
+    return 2;
+  }
+  opt.kv_events = kv_transport == "zmq";
+  opt.server.host = host;
+  opt.server.port = static_cast<uint16_t>(port);
+  opt.server.max_body_bytes = max_body;
+  opt.server.max_header_bytes = max_header;
+
+  std::unique_ptr<infera::discovery::Discovery> discovery;
+  if (discovery_backend == "static") {
+    std::vector<infera::discovery::WorkerRecord> records;
+    for (const std::string& f : worker_flags) {
+      auto r = infera::discovery::ParseWorkerFlag(f);
+      if (!r.ok()) {
+        spdlog::error("--worker {}: {}", f, r.status().ToString());
+        return 2;
+      }
+      records.push_back(*r);
+    }
+    if (!workers_file.empty()) {
+      auto list = infera::discovery::LoadWorkersFile(workers_file);
+      if (!list.ok()) {
+        spdlog::error("--workers-file {}: {}", workers_file, list.status().ToString());
+        return 2;
+      }
+      records.insert(records.end(), list->begin(), list->end());
+    }
+    discovery = std::make_unique<infera::discovery::StaticDiscovery>(std::move(records));
+  } else if (discovery_backend == "etcd") {
+    infera::discovery::EtcdDiscoveryOptions eopt;
+    eopt.client.endpoints = etcd_endpoint;
+    eopt.prefix = etcd_prefix;
+    discovery = std::make_unique<infera::discovery::EtcdDiscovery>(eopt);
+  } else {
+    spdlog::error("--discovery-backend must be static or etcd");
+    return 2;
+  }
+
+  // Block SIGINT/SIGTERM in every thread; the main thread waits for them.
+  sigset_t signals = TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  infera::router::Router router(opt);
+  if (absl::Status s = router.Start(); !s.ok()) {
+    spdlog::error("{}", s.ToString());
+    return 1;
+  }
+  if (absl::Status s = discovery->Start(router.Callbacks()); !s.ok()) {
+    spdlog::error("discovery: {}", s.ToString());
+    return 1;
+  }
+  spdlog::info("infera-router listening on {}:{} policy={} discovery={}", host, router.port(),
+               policy, discovery_backend);
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("signal {}: draining", sig);
+  router.Shutdown();
+  discovery->Stop();
+  spdlog::info("stopped");
+  return 0;
+}

@@ -1,0 +1,65 @@
+#include "router/anthropic.h"
+
+#include <gtest/gtest.h>
+
+namespace infera::router {
+namespace {
+
+using nlohmann::json;
+
+TEST(AnthropicTest, RequestToChat) {
+  json in = json::parse(R"({"model":"m","max_tokens":5,"system":"be brief","stream":true,
+    "stop_sequences":["X"],
+    "messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},
+                {"role":"assistant","content":"hello"}]})");
+  json out = AnthropicToChat(in);
+  EXPECT_EQ(out["messages"][0], json({{"role", "system"}, {"content", "be brief"}}));
+  EXPECT_EQ(out["messages"][1], json({{"role", "user"}, {"content", "hi"}}));
+  EXPECT_EQ(out["messages"][2]["content"], "hello");
+  EXPECT_EQ(out["max_tokens"], 5);
+  EXPECT_EQ(out["stop"], json::array({"X"}));
+  EXPECT_EQ(out["stream_options"]["include_usage"], true);
+}
+
+TEST(AnthropicTest, ResponseToMessage) {
+  json chat = json::parse(R"({"choices":[{"message":{"role":"assistant","content":"ok"},
+    "finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":2}})");
+  json msg = ChatResponseToAnthropic(chat, "m", "r1");
+  EXPECT_EQ(msg["type"], "message");
+  EXPECT_EQ(msg["id"], "msg_r1");
+  EXPECT_EQ(msg["content"][0]["text"], "ok");
+  EXPECT_EQ(msg["stop_reason"], "max_tokens");
+  EXPECT_EQ(msg["usage"]["input_tokens"], 3);
+  EXPECT_EQ(msg["usage"]["output_tokens"], 2);
+}
+
+TEST(AnthropicTest, StreamTranslation) {
+  AnthropicStreamTranslator t("m", "r1");
+  std::string out = t.Feed(
+      "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"He\"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\"llo\"}}]}\n\ndata: "
+      "{\"choices\":[{\"delta\":{},");
+  out += t.Feed(
+      "\"finish_reason\":\"stop\"}]}\n\ndata: {\"choices\":[],\"usage\":"
+      "{\"prompt_tokens\":4,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n");
+  out += t.Finish();
+  std::vector<std::string> types;
+  SseParser p;
+  for (const std::string& d : p.Feed(out)) types.push_back(json::parse(d)["type"]);
+  EXPECT_EQ(types,
+            (std::vector<std::string>{"message_start", "content_block_start", "content_block_delta",
+                                      "content_block_delta", "content_block_stop", "message_delta",
+                                      "message_stop"}));
+  EXPECT_NE(out.find("\"output_tokens\":2"), std::string::npos);
+  EXPECT_NE(out.find("\"stop_reason\":\"end_turn\""), std::string::npos);
+}
+
+TEST(AnthropicTest, ErrorShape) {
+  json e = json::parse(AnthropicErrorBody(413, "too big"));
+  EXPECT_EQ(e["type"], "error");
+  EXPECT_EQ(e["error"]["type"], "request_too_large");
+  EXPECT_EQ(e["error"]["message"], "too big");
+}
+
+}  // namespace
+}  // namespace infera::router

@@ -1,0 +1,58 @@
+// ApiRequest: a client's inference request, parsed and validated at the boundary.
+//
+// Parses the JSON body of POST /v1/chat/completions, /v1/completions and
+// /v1/messages (Anthropic; see anthropic.h for the translation to chat) into what
+// routing needs: the model, streaming, `n`, the prompt's token ids when the client
+// sent them (integer-array completions prompt), otherwise a token estimate
+// (string bytes / 4, skipping inline binary payloads: `data:` URLs and base64
+// `data` fields), the image keys (architecture §8) and the session id.
+//
+// Untrusted input: every failure is an InvalidArgument status with a message fit
+// for the client; nothing throws.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/types.h"
+
+namespace infera::router {
+
+enum class ApiKind : uint8_t { kChat, kCompletions, kMessages };
+
+// "chat", "completions", "messages" (metrics labels).
+const char* ApiKindName(ApiKind kind);
+
+struct ApiRequest {
+  ApiKind kind = ApiKind::kChat;
+  nlohmann::json body;  // the parsed body (for kMessages: the original Anthropic body)
+  std::string model;
+  bool stream = false;
+  uint32_t n = 1;  // choices requested (an invalid n counts as 1)
+  // Token ids given by the client (integer-array prompt); otherwise nullopt.
+  std::optional<std::vector<core::TokenId>> prompt_tokens;
+  size_t estimated_tokens = 0;  // bytes / 4 of the prompt text (>= 1)
+  std::vector<uint64_t> image_keys;
+  std::string session_id;  // session_id, prompt_cache_key or X-Session-Id
+};
+
+// Parses `body` for `kind`. REQUIRES: nothing; any input is handled.
+absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body);
+
+// The spec's fallback token estimate: UTF-8 bytes of every string in `value`
+// divided by 4, skipping `data:` URLs and the values of "data" fields.
+size_t EstimateTokens(const nlohmann::json& value);
+
+// ImageKey (XXH3-64, seed 0) of each image/audio/document reference in the
+// request: OpenAI `image_url`/`input_audio` blocks, Anthropic `image`/`document`
+// blocks (url or base64 source), and a top-level `images` list.
+std::vector<uint64_t> CollectImageKeys(const nlohmann::json& body);
+
+}  // namespace infera::router
