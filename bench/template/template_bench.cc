@@ -12,6 +12,7 @@
 
 #include "template/chat_template.h"
 #ifdef INFERA_HAVE_TOKENIZER
+#include "tokenizer/prefix_caching_encoder.h"
 #include "tokenizer/tokenizer.h"
 #endif
 
@@ -87,6 +88,41 @@ void BM_RenderAndTokenize(benchmark::State& state, const char* model) {
   }
   state.counters["prompt_tokens"] = static_cast<double>(tokens);
 }
+// The same request when the conversation up to its last user turn was rendered and
+// tokenized before (the previous request of a multi-turn chat): render the whole chat,
+// then the prefix-caching encoder tokenizes only the new tail. Each iteration gets a
+// freshly primed encoder (priming is not timed), so the full prompt is never a cache hit.
+void BM_RenderAndTokenizeWarm(benchmark::State& state, const char* model) {
+  std::string dir = std::string(kFixtures) + "/tokenizer-" + model + "/models";
+  absl::StatusOr<infera::chat::ChatTemplate> chat = infera::chat::ChatTemplate::Load(dir);
+  auto tokenizer = infera::tokenizer::Tokenizer::Load(dir);
+  if (!chat.ok() || !tokenizer.ok()) {
+    state.SkipWithError("fixtures missing");
+    return;
+  }
+  nlohmann::ordered_json body = nlohmann::ordered_json::parse(ChatBody());
+  nlohmann::ordered_json previous = body;
+  previous["messages"].erase(previous["messages"].size() - 1);
+  previous["messages"].erase(previous["messages"].size() - 1);
+  absl::StatusOr<std::string> previous_prompt = chat->Render(previous);
+  std::vector<uint32_t> cold = (*tokenizer)->Encode(*chat->Render(body), false);
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto encoder = std::make_unique<infera::tokenizer::PrefixCachingEncoder>(**tokenizer, 16);
+    encoder->Encode(*previous_prompt);
+    state.ResumeTiming();
+    absl::StatusOr<std::string> out = chat->Render(body);
+    std::vector<uint32_t> ids = encoder->Encode(*out);
+    benchmark::DoNotOptimize(ids.data());
+    state.PauseTiming();
+    if (ids != cold) state.SkipWithError("warm ids differ from a cold encode");
+    encoder.reset();
+    state.ResumeTiming();
+  }
+}
+BENCHMARK_CAPTURE(BM_RenderAndTokenizeWarm, qwen3, "qwen3")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_RenderAndTokenizeWarm, llama3, "llama3")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_RenderAndTokenizeWarm, gemma3, "gemma3")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_RenderAndTokenize, qwen3, "qwen3")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_RenderAndTokenize, llama3, "llama3")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_RenderAndTokenize, gemma3, "gemma3")->Unit(benchmark::kMicrosecond);
