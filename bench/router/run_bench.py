@@ -107,7 +107,7 @@ error_log {tmp}/error.log;
 daemon off;
 events {{ worker_connections 4096; }}
 http {{
-  access_log off;
+  access_log off; client_max_body_size 64m; client_body_buffer_size 1m;
   client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy;
   fastcgi_temp_path {tmp}/fcgi; uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
   upstream workers {{ {''.join(f'server 127.0.0.1:{p}; ' for p in wports)} keepalive 64; }}
