@@ -467,7 +467,9 @@ http::Awaitable<void> Router::Proxy(int kind_int, http::Request& req, http::Resp
     if (kind == ApiKind::kCompletions && api.body["prompt"].is_string()) {
       tokens = tokenizer_->Encode(api.body["prompt"].get_ref<const std::string&>(), true);
     } else if (kind != ApiKind::kCompletions && template_ && api.image_keys.empty()) {
-      auto rendered = template_->Render(kind == ApiKind::kMessages ? chat_body : api.body);
+      // Render from the exact text the worker receives: object key order reaches the
+      // prompt through tojson, and nlohmann::json would sort the keys.
+      auto rendered = template_->RenderJson(upstream_body);
       if (rendered.ok()) {
         tokens = encoder_->Encode(*rendered);
       } else {
