@@ -1,0 +1,146 @@
+// infera-mock-engine: a simulated vLLM/SGLang worker (doc/sim.md). Wiring only.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "discovery/etcd_registrar.h"
+#include "engine_runner.h"
+#include "http/io_pool.h"
+#include "http/server.h"
+#include "mock_server.h"
+#include "prompt_tokenizer.h"
+#include "sim/engine_flags.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"infera-mock-engine: a simulated vLLM/SGLang worker"};
+  std::string host = "0.0.0.0";
+  uint16_t port = 8000;
+  std::string engine_kind = "vllm", role = "mixed", tokenizer_dir;
+  infera::mock::RunnerOptions runner_options;
+  infera::mock::MockServerOptions server_options;
+  std::string etcd_endpoint, advertise_host = "127.0.0.1";
+  int io_threads = 2;
+  app.add_option("--host", host, "listen address");
+  app.add_option("--port", port, "HTTP port (0: the OS picks; printed on stdout)");
+  app.add_option("--model-name", server_options.model_name, "served model name");
+  app.add_option("--engine", engine_kind, "KV-event wire shape")
+      ->check(CLI::IsMember({"vllm", "vllm-array", "sglang"}));
+  app.add_option("--role", role, "disaggregation role")
+      ->check(CLI::IsMember({"mixed", "prefill", "decode"}));
+  infera::sim::AddEngineFlags(app, runner_options.engine);
+  app.add_option("--kv-events-endpoint", runner_options.events_endpoint,
+                 "ZMQ PUB bind endpoint of rank 0 (rank r: port + r)");
+  app.add_option("--kv-replay-endpoint", runner_options.replay_endpoint,
+                 "ZMQ ROUTER replay endpoint of rank 0 (empty: none)");
+  app.add_option("--kv-events-topic", runner_options.topic, "topic frame of every message");
+  app.add_option("--tokenizer", tokenizer_dir, "directory with tokenizer.json (+ chat template)");
+  app.add_option("--dp-size", runner_options.dp_size, "data-parallel ranks")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--etcd-endpoint", etcd_endpoint, "register in etcd (host:port)");
+  app.add_option("--advertise-host", advertise_host, "host in the registered worker record");
+  app.add_option("--drop-event-fraction", runner_options.drop_event_fraction,
+                 "fault: drop this fraction of event batches from the live stream")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--reorder-event-fraction", runner_options.reorder_event_fraction,
+                 "fault: deliver this fraction of event batches late")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--fail-fraction", server_options.fail_fraction,
+                 "fault: answer this fraction of generation requests with 500")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--stall-after-requests", runner_options.stall_after_requests,
+                 "fault: stall once after this many requests");
+  app.add_option("--stall-ms", runner_options.stall_ms, "fault: stall duration");
+  app.add_option("--die-after", server_options.die_after_requests,
+                 "fault: exit(3) after serving this many generation requests");
+  app.add_option("--seed", runner_options.seed, "seed of the fault injection");
+  app.add_option("--io-threads", io_threads, "HTTP event loops")->check(CLI::Range(1, 64));
+  CLI11_PARSE(app, argc, argv);
+  server_options.seed = runner_options.seed;
+  runner_options.engine.track_router_hashes = true;
+  runner_options.shape = engine_kind == "sglang"       ? infera::events::WireShape::kSglang
+                         : engine_kind == "vllm-array" ? infera::events::WireShape::kVllmArray
+                                                       : infera::events::WireShape::kVllm;
+
+  // Signals are taken by sigwait below; block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto tokenizer = infera::mock::PromptTokenizer::Load(tokenizer_dir);
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "infera-mock-engine: tokenizer: %s\n",
+                 std::string(tokenizer.status().message()).c_str());
+    return 2;
+  }
+  auto runner = infera::mock::EngineRunner::Create(runner_options);
+  if (!runner.ok()) {
+    std::fprintf(stderr, "infera-mock-engine: %s\n",
+                 std::string(runner.status().message()).c_str());
+    return 2;
+  }
+  infera::mock::MockServer mock(**runner, **tokenizer, server_options);
+  infera::http::IoPool pool(io_threads);
+  infera::http::ServerOptions http_options;
+  http_options.host = host;
+  http_options.port = port;
+  http_options.max_body_bytes = 64ull << 20;
+  infera::http::Server server(pool, http_options,
+                              [&mock](infera::http::Request& req, infera::http::ResponseWriter& w) {
+                                return mock.Handle(req, w);
+                              });
+  if (absl::Status s = server.Listen(); !s.ok()) {
+    std::fprintf(stderr, "infera-mock-engine: listen: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  server.Start();
+  pool.Start();
+  std::printf("infera-mock-engine listening port=%u", server.port());
+  for (const std::string& e : (*runner)->EventEndpoints()) std::printf(" events=%s", e.c_str());
+  for (const std::string& e : (*runner)->ReplayEndpoints()) {
+    if (!e.empty()) std::printf(" replay=%s", e.c_str());
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+
+  std::unique_ptr<infera::discovery::EtcdRegistrar> registrar;
+  if (!etcd_endpoint.empty()) {
+    auto with_host = [&](const std::string& bound) {
+      const size_t colon = bound.rfind(':');
+      return bound.empty() ? bound : "tcp://" + advertise_host + bound.substr(colon);
+    };
+    infera::discovery::WorkerRecord record;
+    record.worker_id = advertise_host + ":" + std::to_string(server.port());
+    record.url = "http://" + record.worker_id;
+    record.model_name = server_options.model_name;
+    record.engine = engine_kind == "sglang" ? "sglang" : "vllm";
+    record.disagg_mode = role == "prefill"  ? infera::discovery::DisaggMode::kPrefill
+                         : role == "decode" ? infera::discovery::DisaggMode::kDecode
+                                            : infera::discovery::DisaggMode::kMixed;
+    record.kv_events_endpoint = with_host((*runner)->EventEndpoints()[0]);
+    record.kv_replay_endpoint = with_host((*runner)->ReplayEndpoints()[0]);
+    record.kv_block_size = static_cast<uint32_t>(runner_options.engine.block_size);
+    record.dp_size = runner_options.dp_size;
+    infera::discovery::EtcdRegistrarOptions etcd_options;
+    etcd_options.client.endpoints = etcd_endpoint;
+    auto created = infera::discovery::EtcdRegistrar::Create(record, etcd_options);
+    if (!created.ok()) {
+      std::fprintf(stderr, "infera-mock-engine: etcd: %s\n",
+                   std::string(created.status().message()).c_str());
+      server.Shutdown();
+      pool.Stop();
+      return 2;
+    }
+    registrar = std::move(*created);
+    registrar->Start();
+  }
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  if (registrar) (void)registrar->Stop();
+  server.Shutdown();
+  pool.Stop();
+  return 0;
+}

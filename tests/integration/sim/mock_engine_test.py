@@ -1,0 +1,204 @@
+#!/usr/bin/python3
+"""Integration tests of infera-mock-engine (and, when built, infera-router with it).
+
+Starts real processes on OS-picked ports, talks HTTP and ZMQ to them, polls with
+bounded waits. Usage: mock_engine_test.py BUILD_DIR [router]
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import msgpack
+import zmq
+
+BUILD = sys.argv[1]
+ENGINE = os.path.join(BUILD, "apps/infera-mock-engine/infera-mock-engine")
+ROUTER = os.path.join(BUILD, "apps/infera-router/infera-router")
+PROCS = []
+
+
+def start(cmd, ready_regex_prefix):
+    log = open(os.devnull, "w")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    PROCS.append(p)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            if p.poll() is not None:
+                raise RuntimeError(f"{cmd[0]} exited with {p.returncode}")
+            continue
+        if ready_regex_prefix in line:
+            return p, line.strip()
+    raise RuntimeError(f"{cmd[0]} did not become ready")
+
+
+def start_engine(*extra):
+    p, line = start([ENGINE, "--host", "127.0.0.1", "--port", "0", "--model-name", "mock-model",
+                     "--num-gpu-blocks", "256", "--speedup", "50",
+                     "--kv-events-endpoint", "tcp://127.0.0.1:0",
+                     "--kv-replay-endpoint", "tcp://127.0.0.1:0", *extra],
+                    "infera-mock-engine listening")
+    fields = dict(kv.split("=", 1) for kv in line.split()[2:])
+    return p, fields
+
+
+def http(method, url, body=None, timeout=30):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), dict(e.headers)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+    print("ok:", what)
+
+
+def poll(fn, what, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if fn():
+            check(True, what)
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out: " + what)
+
+
+def test_engine():
+    _, f = start_engine()
+    base = f"http://127.0.0.1:{f['port']}"
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.connect(f["events"])
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    time.sleep(0.3)  # let the SUB connect before events flow (slow joiner)
+
+    status, body, _ = http("GET", base + "/health")
+    check(status == 200, "/health answers 200")
+    status, body, _ = http("GET", base + "/v1/models")
+    check(json.loads(body)["data"][0]["id"] == "mock-model", "/v1/models lists the model")
+    status, body, _ = http("POST", base + "/tokenize", {"prompt": "hi"})
+    check(json.loads(body)["count"] == 2, "/tokenize counts tokens")
+    status, body, _ = http("POST", base + "/tokenize", {"messages": "x"})
+    check(status == 400, "/tokenize rejects bad messages with 400")
+    status, body, _ = http("POST", base + "/v1/completions", {"prompt": [1, -2]})
+    check(status == 400 and "error" in json.loads(body), "bad token ids get a JSON 400")
+    status, body, _ = http("POST", base + "/v1/completions", "{not json")
+    check(status == 400, "non-object body gets 400")
+
+    prompt = list(range(1, 101))  # 6 full blocks
+    status, body, _ = http("POST", base + "/v1/completions", {"prompt": prompt, "max_tokens": 4})
+    first = json.loads(body)
+    check(status == 200 and first["usage"]["completion_tokens"] == 4, "completion of 4 tokens")
+    check(first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, "cold cache: 0 cached")
+    status, body, _ = http("POST", base + "/v1/completions", {"prompt": prompt, "max_tokens": 4})
+    check(json.loads(body)["usage"]["prompt_tokens_details"]["cached_tokens"] == 96,
+          "repeat: 96 cached tokens (6 blocks)")
+
+    # Streaming chat with usage.
+    req = urllib.request.Request(base + "/v1/chat/completions", method="POST",
+                                 data=json.dumps({"messages": [{"role": "user", "content": "hello"}],
+                                                  "max_tokens": 3, "stream": True,
+                                                  "stream_options": {"include_usage": True}}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        text = r.read().decode()
+    events = [l[6:] for l in text.split("\n") if l.startswith("data: ")]
+    check(events[-1] == "[DONE]", "stream ends with [DONE]")
+    usage = [json.loads(e) for e in events[:-1] if "usage" in json.loads(e)]
+    check(usage and usage[0]["usage"]["completion_tokens"] == 3, "stream carries usage")
+
+    # KV events: BlockStored with 16 token ids per block arrive on the PUB socket.
+    stored = 0
+    deadline = time.time() + 10
+    while time.time() < deadline and stored == 0:
+        if sub.poll(200):
+            topic, seq, payload = sub.recv_multipart()
+            batch = msgpack.unpackb(payload, raw=False)
+            for ev in batch["events"]:
+                if ev["type"] == "BlockStored":
+                    check(len(ev["token_ids"]) == 16 * len(ev["block_hashes"]),
+                          "BlockStored carries block_size tokens per hash")
+                    stored += 1
+    check(stored > 0, "BlockStored events published")
+
+    status, body, _ = http("GET", base + "/debug/kv-blocks")
+    dump = json.loads(body)
+    check(dump["ranks"][0]["block_count"] >= 6, "debug dump lists cached blocks")
+    status, body, _ = http("GET", base + "/metrics")
+    check("vllm:prefix_cache_hits_total" in body, "/metrics has vllm series")
+    status, _, _ = http("POST", base + "/reset_prefix_cache")
+    check(status == 200, "reset_prefix_cache")
+    status, body, _ = http("GET", base + "/debug/kv-blocks")
+    check(json.loads(body)["ranks"][0]["block_count"] == 0, "reset empties the cache")
+
+
+def test_faults():
+    _, f = start_engine("--fail-fraction", "1")
+    base = f"http://127.0.0.1:{f['port']}"
+    status, body, _ = http("POST", base + "/v1/completions", {"prompt": [1, 2, 3]})
+    check(status == 500 and "error" in json.loads(body), "--fail-fraction 1 fails requests")
+    p, f = start_engine("--die-after", "1")
+    base = f"http://127.0.0.1:{f['port']}"
+    http("POST", base + "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 1})
+    p.wait(timeout=10)
+    check(p.returncode == 3, "--die-after 1 exits with 3")
+
+
+def test_router_view(drop):
+    extra = ["--drop-event-fraction", "0.3"] if drop else []
+    _, f = start_engine(*extra)
+    port = f["port"]
+    wid = f"127.0.0.1:{port}"
+    worker = (f"http://{wid},worker_id={wid},model_name=mock-model,"
+              f"kv_events_endpoint={f['events']},kv_replay_endpoint={f['replay']},kv_block_size=16")
+    _, line = start([ROUTER, "--host", "127.0.0.1", "--port", "0", "--router-policy", "kv-aware",
+                     "--kv-events-topic", "kv-events", "--worker", worker],
+                    "infera-router listening on")
+    rport = line.rsplit(":", 1)[1].split()[0]
+    rbase = f"http://127.0.0.1:{rport}"
+    time.sleep(0.5)
+    for g in range(12):
+        prompt = [1000 * g + i for i in range(1, 300)]
+        status, _, _ = http("POST", rbase + "/v1/completions",
+                            {"model": "mock-model", "prompt": prompt, "max_tokens": 2})
+        check(status == 200, f"request {g} through the router")
+
+    def same():
+        _, b, _ = http("GET", f"http://{wid}/debug/kv-blocks")
+        engine = json.loads(b)["ranks"][0]["block_count"]
+        _, b, _ = http("GET", f"{rbase}/v1/admin/cache-view/{wid}")
+        return json.loads(b).get("block_count") == engine
+    poll(same, "router cache view equals the engine's dump" + (" with drops" if drop else ""))
+
+
+def main():
+    try:
+        test_engine()
+        test_faults()
+        if len(sys.argv) > 2 and sys.argv[2] == "router" and os.path.exists(ROUTER):
+            test_router_view(drop=False)
+            test_router_view(drop=True)
+    finally:
+        for p in PROCS:
+            if p.poll() is None:
+                p.terminate()
+        for p in PROCS:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    print("all passed")
+
+
+if __name__ == "__main__":
+    main()
