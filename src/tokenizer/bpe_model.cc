@@ -112,7 +112,13 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
       return absl::InvalidArgumentError(absl::StrCat("model: bad id for token '", it.key(), "'"));
     }
     uint64_t id = it.value().get<uint64_t>();
-    if (id >= (1u << 31)) return absl::InvalidArgumentError("model: token id too large");
+    // Ids index a dense table: bound them so a hostile file cannot make it huge
+    // (the largest real vocabularies have a few hundred thousand tokens).
+    constexpr uint64_t kMaxTokenId = uint64_t{1} << 22;
+    if (id >= kMaxTokenId) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model: token id ", id, " too large (limit ", kMaxTokenId, ")"));
+    }
     if (id >= m->id_to_token_.size()) m->id_to_token_.resize(id + 1);
     m->id_to_token_[id] = it.key();
     spelling[it.key()] = static_cast<uint32_t>(id);

@@ -226,6 +226,12 @@ TEST(TokenizerTest, BadFilesGiveClearErrors) {
   j = testing::ByteLevelTokenizer();
   j["added_tokens"][0]["id"] = "one";
   EXPECT_EQ(Tokenizer::FromJson(j.dump()).status().code(), absl::StatusCode::kInvalidArgument);
+
+  // Found by tokenizer_json_fuzz: a huge vocab id must not size a huge table.
+  j = testing::ByteLevelTokenizer();
+  j["model"]["vocab"]["zz"] = 111111111;
+  EXPECT_THAT(std::string(Tokenizer::FromJson(j.dump()).status().message()),
+              HasSubstr("too large"));
 }
 
 TEST(TokenizerTest, LoadFromDirectoryAndFile) {
