@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <numeric>
 #include <sstream>
 
@@ -237,6 +238,30 @@ std::string LoadSvg(const Report& r) {
   }
   o << "</svg>\n";
   return o.str();
+}
+
+namespace {
+
+bool WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  return static_cast<bool>(out);
+}
+
+}  // namespace
+
+int EmitReport(const Report& report, const std::string& json_path, const std::string& svg_dir) {
+  std::fputs(FormatTable(report).c_str(), stdout);
+  if (!json_path.empty() && !WriteFile(json_path, ReportJson(report).dump(2) + "\n")) {
+    std::fprintf(stderr, "infera-bench: cannot write %s\n", json_path.c_str());
+    return 1;
+  }
+  if (!svg_dir.empty() && (!WriteFile(svg_dir + "/ttft_cdf.svg", TtftCdfSvg(report)) ||
+                           !WriteFile(svg_dir + "/load.svg", LoadSvg(report)))) {
+    std::fprintf(stderr, "infera-bench: cannot write SVGs into %s\n", svg_dir.c_str());
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace infera::bench

@@ -91,4 +91,8 @@ std::string TtftCdfSvg(const Report& report);
 // Requests per worker over time, one panel per policy.
 std::string LoadSvg(const Report& report);
 
+// Prints the table to stdout and writes the JSON report and the SVGs where a path is
+// given (empty: skipped). Returns 0, or 1 with a message on stderr if a write failed.
+int EmitReport(const Report& report, const std::string& json_path, const std::string& svg_dir);
+
 }  // namespace infera::bench

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -14,12 +13,6 @@
 
 namespace infera::bench {
 namespace {
-
-bool WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  return static_cast<bool>(out);
-}
 
 std::vector<RequestRecord> Records(const sim::OfflineResult& r) {
   std::vector<RequestRecord> out;
@@ -139,17 +132,7 @@ int RunOffline(const OfflineFlags& flags) {
     s.infinite_share = report.infinite_hit_rate > 0 ? s.hit_rate / report.infinite_hit_rate : 0;
   }
 
-  std::fputs(FormatTable(report).c_str(), stdout);
-  if (!flags.json_path.empty() && !WriteFile(flags.json_path, ReportJson(report).dump(2) + "\n")) {
-    std::fprintf(stderr, "infera-bench: cannot write %s\n", flags.json_path.c_str());
-    return 1;
-  }
-  if (!flags.svg_dir.empty() && (!WriteFile(flags.svg_dir + "/ttft_cdf.svg", TtftCdfSvg(report)) ||
-                                 !WriteFile(flags.svg_dir + "/load.svg", LoadSvg(report)))) {
-    std::fprintf(stderr, "infera-bench: cannot write SVGs into %s\n", flags.svg_dir.c_str());
-    return 1;
-  }
-  return 0;
+  return EmitReport(report, flags.json_path, flags.svg_dir);
 }
 
 }  // namespace infera::bench

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <future>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -206,12 +205,6 @@ bool ResetEngines(http::IoPool& pool, const std::vector<std::string>& urls) {
   return ok;
 }
 
-bool WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  return static_cast<bool>(out);
-}
-
 }  // namespace
 
 void AddOnlineFlags(CLI::App& app, OnlineFlags& f) {
@@ -288,17 +281,8 @@ int RunOnline(const OnlineFlags& flags) {
   }
   pool.Stop();
 
-  std::fputs(FormatTable(report).c_str(), stdout);
-  if (!flags.json_path.empty() && !WriteFile(flags.json_path, ReportJson(report).dump(2) + "\n")) {
-    std::fprintf(stderr, "infera-bench: cannot write %s\n", flags.json_path.c_str());
-    return 1;
-  }
-  if (!flags.svg_dir.empty() && (!WriteFile(flags.svg_dir + "/ttft_cdf.svg", TtftCdfSvg(report)) ||
-                                 !WriteFile(flags.svg_dir + "/load.svg", LoadSvg(report)))) {
-    std::fprintf(stderr, "infera-bench: cannot write SVGs into %s\n", flags.svg_dir.c_str());
-    return 1;
-  }
-  return rc;
+  const int emit_rc = EmitReport(report, flags.json_path, flags.svg_dir);
+  return emit_rc != 0 ? emit_rc : rc;
 }
 
 }  // namespace infera::bench
