@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <array>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cerrno>
@@ -227,7 +228,17 @@ Awaitable<void> Connection::Run() {
     }
     stream_.expires_after(std::chrono::milliseconds(opt.request_timeout_ms));
     beast::error_code rec;
-    co_await bhttp::async_read(stream_, buffer_, parser, NoThrow(rec));
+    // The body usually arrived with the header: parse what is buffered in place and
+    // read from the socket only if more is needed.
+    while (!parser.is_done() && buffer_.size() > 0) {
+      size_t used = parser.put(buffer_.data(), rec);
+      buffer_.consume(used);
+      if (rec == bhttp::error::need_more) rec = {};
+      if (rec || used == 0) break;
+    }
+    if (!rec && !parser.is_done()) {
+      co_await bhttp::async_read(stream_, buffer_, parser, NoThrow(rec));
+    }
     if (rec) {
       if (rec == bhttp::error::body_limit) {
         co_await SendError(
@@ -312,13 +323,28 @@ void ResponseWriter::MarkClientGone() {
 
 Awaitable<bool> ResponseWriter::Send(int status, Headers headers, std::string body) {
   started_ = true;
-  bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(status), 11};
-  for (const auto& f : headers.fields()) res.insert(f.name, f.value);
+  // Serialized by hand into one head buffer (status line, fields, Content-Length)
+  // written together with the body: Beast's serializer cost ~12k instructions per
+  // response here (doc/perf-router.md).
+  std::string head;
+  head.reserve(128 + 64 * headers.fields().size());
+  head.append("HTTP/1.1 ").append(std::to_string(status)).push_back(' ');
+  auto beast_reason = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
+  std::string_view reason(beast_reason.data(), beast_reason.size());
+  head.append(reason.empty() ? std::string_view("Unknown") : reason).append("\r\n");
+  headers.Remove("Content-Length");
+  headers.Remove("Transfer-Encoding");
+  headers.Remove("Connection");
+  headers.AppendWire(head);
   bool keep = conn_->keep_alive_ && !conn_->server_.stopping();
-  res.keep_alive(keep);
-  res.body() = std::move(body);
-  res.prepare_payload();
-  bool ok = co_await conn_->WriteSimple(res);
+  if (!keep) head.append("Connection: close\r\n");
+  head.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n\r\n");
+  conn_->ArmWrite();
+  beast::error_code ec;
+  std::array<asio::const_buffer, 2> buffers = {asio::buffer(head), asio::buffer(body)};
+  co_await asio::async_write(conn_->stream_, buffers, NoThrow(ec));
+  bool ok = !ec;
+  if (!keep) conn_->keep_alive_ = false;
   finished_ = true;
   if (!ok) {
     failed_ = true;
