@@ -232,6 +232,7 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
     }
     auto& msg = impl->parser.get();
     impl->status = static_cast<int>(msg.result_int());
+    impl->headers.Reserve(16);
     for (const auto& f : msg) {
       impl->headers.Add(std::string(f.name_string()), std::string(f.value()));
     }

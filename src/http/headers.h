@@ -69,7 +69,10 @@ class Headers {
 
  private:
   static bool WireSafe(std::string_view s) {
-    return s.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+    for (char c : s) {
+      if (c == '\r' || c == '\n' || c == '\0') return false;
+    }
+    return true;
   }
 
   std::vector<Field> fields_;

@@ -1,11 +1,8 @@
 #include "http/server.h"
 
-#include <sys/socket.h>
-
 #include <array>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <cerrno>
 #include <chrono>
 #include <exception>
 #include <nlohmann/json.hpp>
@@ -122,9 +119,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool idle_ = true;
   bool keep_alive_ = true;
   bool watching_ = false;
-  // The disconnect watch of the request being handled (a readiness wait on the
-  // socket; no coroutine, no read). `writer` is cleared when the handler returns,
-  // so a late completion does nothing.
+  // The disconnect watch of the request being handled (one read on the socket, no
+  // coroutine). `writer` is cleared when the handler returns.
   std::shared_ptr<WatchState> watch_;
   std::string peer_;  // "address:port", read once per connection
   std::unique_ptr<bhttp::response<bhttp::empty_body>> stream_head_;
@@ -149,35 +145,20 @@ Awaitable<void> Connection::SendError(int status, std::string_view message, std:
   co_await WriteSimple(res);
 }
 
-// What a non-blocking peek says about the client while its request is handled.
-enum class PeerState { kQuiet, kBytes, kGone };
-
-PeerState PeekPeer(int fd) {
-  char byte;
-  ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n > 0) return PeerState::kBytes;  // a pipelined request: Run() reads it later
-  if (n == 0) return PeerState::kGone;  // orderly close
-  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return PeerState::kQuiet;
-  return PeerState::kGone;  // reset or other error
-}
-
-// Watches for the peer to close while the handler runs: a readiness wait, then a
-// peek. Pipelined bytes end the watch (they stay in the socket for Run()).
+// Watches for the peer to close while the handler runs: one read on the socket (a
+// speculative recv, then the reactor). Bytes that arrive (a pipelined request) go
+// into the read buffer for Run(); an error other than cancellation means the
+// client is gone. Run() cancels the read when the handler returns and lets the
+// completion run before it touches the buffer again.
 void Connection::Watch(std::shared_ptr<WatchState> state) {
-  switch (PeekPeer(stream_.socket().native_handle())) {
-    case PeerState::kBytes:
-      return;
-    case PeerState::kGone:
-      state->writer->MarkClientGone();
-      return;
-    case PeerState::kQuiet:
-      break;
-  }
-  stream_.socket().async_wait(
-      tcp::socket::wait_read,
-      [self = shared_from_this(), state = std::move(state)](const beast::error_code& ec) {
-        if (ec || state->writer == nullptr) return;  // cancelled: the handler finished
-        self->Watch(state);
+  stream_.socket().async_read_some(
+      buffer_.prepare(4096),
+      [self = shared_from_this(), state = std::move(state)](const beast::error_code& ec, size_t n) {
+        if (!ec) {
+          self->buffer_.commit(n);
+        } else if (ec != asio::error::operation_aborted && state->writer != nullptr) {
+          state->writer->MarkClientGone();
+        }
       });
 }
 
@@ -258,6 +239,7 @@ Awaitable<void> Connection::Run() {
     Request req;
     req.method = std::string(msg.method_string());
     req.target = std::move(target);
+    req.headers.Reserve(16);
     for (const auto& f : msg) {
       req.headers.Add(std::string(f.name_string()), std::string(f.value()));
     }
@@ -284,12 +266,14 @@ Awaitable<void> Connection::Run() {
       error = std::current_exception();
     }
     if (watching_) {
-      // Detach the watch from `writer` (which dies with this iteration) and cancel
-      // its wait; a completion already queued sees writer == nullptr.
+      // Detach the watch from `writer` (which dies with this iteration), cancel its
+      // read, and yield once: the read's completion is queued before this post, so
+      // it has run (and committed any pipelined bytes) when we resume.
       watch_->writer = nullptr;
       watch_.reset();
       beast::error_code cec;
       stream_.socket().cancel(cec);
+      co_await asio::post(stream_.get_executor(), use_awaitable);
       watching_ = false;
     }
     if (error) {
