@@ -70,7 +70,7 @@ def main():
                             [bench, "offline", *workload, *engine_model,
                              "--engines", str(ENGINES), "--policies", f"{kv},round-robin",
                              "--event-delay-ms", str(EVENT_DELAY_MS), "--jobs", "1",
-                             "--json", off_json], timeout=120)
+                             "--json", off_json], timeout=60)
         print(out, flush=True)
         check(rc == 0, f"infera-bench offline succeeded ({time.time() - t0:.1f} s)")
         offline = json.load(open(off_json))
@@ -93,7 +93,7 @@ def main():
                              "--router", f"round-robin={rr_router}", *resets,
                              "--engines", str(ENGINES), "--num-gpu-blocks", str(BLOCKS),
                              "--block-size", str(BLOCK_SIZE), "--model", "mock-model",
-                             "--timeout-s", "120", "--json", on_json], timeout=300)
+                             "--timeout-s", "60", "--json", on_json], timeout=200)
         print(out, flush=True)
         check(rc == 0, f"infera-bench online succeeded ({time.time() - t0:.1f} s)")
         online = json.load(open(on_json))
