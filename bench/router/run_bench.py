@@ -9,7 +9,19 @@ prompt) hits, in turn:
   kv          infera-router --router-policy kv-aware in front of both
   nginx       nginx (Debian) round-robin proxy in front of both (keep-alive upstream)
 Latency: wrk -c1 (one connection, sequential requests) p50/p99; added latency =
-proxy - direct. Throughput: wrk -c<conns> requests/s. Prints a Markdown table.
+proxy - direct. Throughput: wrk -c<conns> requests/s, and the CPU time each target
+spends per request (utime + stime of its processes during the throughput run).
+Prints a Markdown table.
+
+Workloads (--workload):
+  short        one 200-character user message (default)
+  chat8k-cold  an ~8k-token multi-turn chat whose first message differs in every
+               request: nothing of it was seen before (needs --tokenizer to matter)
+  chat8k-warm  the same chat history in every request, only the last user turn
+               differs: its prefix was seen before (the multi-turn case)
+Every request body is unique (a per-request counter), so no cache sees a repeat.
+With --tokenizer the router's own stage timings (infera_router_routing_overhead_seconds,
+mean per stage) are printed as well.
 """
 import argparse, os, re, shutil, signal, subprocess, sys, tempfile, time, json, urllib.request
 
@@ -20,8 +32,10 @@ ap.add_argument("--duration", default="5s")
 ap.add_argument("--conns", type=int, default=32)
 ap.add_argument("--router-threads", type=int, default=2)
 ap.add_argument("--prompt-chars", type=int, default=200)
-ap.add_argument("--long", action="store_true", help="8k-token chat (needs --tokenizer)")
+ap.add_argument("--workload", choices=["short", "chat8k-cold", "chat8k-warm"], default="short")
 ap.add_argument("--tokenizer", default="")
+ap.add_argument("--targets", default="direct,rr,kv,nginx",
+                help="comma list of direct, rr, kv, nginx (direct and nginx are the baselines)")
 args = ap.parse_args()
 
 procs = []
@@ -46,11 +60,75 @@ def start(argv, pattern):
     raise SystemExit("did not start: " + " ".join(argv))
 
 
-def wrk(port, conns, duration, body_file):
+def cpu_ticks(pids):
+    """utime + stime (clock ticks) of the processes and their children processes."""
+    total = 0
+    seen = set()
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                for c in open(f"/proc/{pid}/task/{tid}/children").read().split():
+                    todo.append(int(c))
+        except OSError:
+            pass
+    return total
+
+
+def chat_messages(unique_at):
+    """An ~8k-token chat (40 turns of ~800 bytes: prose, code, French, Chinese), like
+    bench/template; the marker "@@UNIQUE@@" goes at the start of message `unique_at`."""
+    sentences = ["The quick brown fox jumps over the lazy dog while the router counts blocks. ",
+                 "def route(request):\n    return min(workers, key=lambda w: w.cost(request))\n",
+                 "Le cache de préfixes évite de recalculer les mêmes jetons déjà vus. ",
+                 "路由器根据缓存命中选择工作节点，以减少首个令牌的延迟。",
+                 "for (int i = 0; i < n; ++i) { total += blocks[i] * weight; }\n"]
+    state = 42
+    msgs = [{"role": "system", "content": "You are a helpful assistant."}]
+    for turn in range(40):
+        content = ""
+        while len(content.encode()) < 800:
+            state = (state * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+            content += sentences[(state >> 33) % 5]
+        msgs.append({"role": "user" if turn % 2 == 0 else "assistant", "content": content})
+    msgs.append({"role": "user", "content": "And finally?"})
+    msgs[unique_at]["content"] = "@@UNIQUE@@ " + msgs[unique_at]["content"]
+    return msgs
+
+
+def write_lua(body_text):
+    """A wrk script that sends `body_text` with @@UNIQUE@@ replaced by a per-request id."""
+    pre, _, post = body_text.partition("@@UNIQUE@@")
+    for name, text in (("pre", pre), ("post", post)):
+        with open(os.path.join(tmp, name + ".txt"), "w") as f:
+            f.write(text)
     lua = os.path.join(tmp, "post.lua")
     with open(lua, "w") as f:
-        f.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n')
-        f.write("local f = io.open(%r, 'rb')\nwrk.body = f:read('*a')\nf:close()\n" % body_file)
+        f.write(f"""
+local function slurp(p) local f = io.open(p, "rb"); local t = f:read("*a"); f:close(); return t end
+local pre = slurp({os.path.join(tmp, "pre.txt")!r})
+local post = slurp({os.path.join(tmp, "post.txt")!r})
+local n = 0
+local tag = tostring(math.random(1, 1000000000))
+function setup(thread) thread:set("tid", tostring(math.random(1, 1000000000))) end
+function init(args) if tid then tag = tid end end
+function request()
+  n = n + 1
+  return wrk.format("POST", nil, {{["Content-Type"] = "application/json"}},
+                    pre .. "req-" .. tag .. "-" .. n .. post)
+end
+""")
+    return lua
+
+
+def wrk(port, conns, duration, lua, pids=()):
+    t0 = cpu_ticks(pids)
     out = subprocess.run(["wrk", "-t", str(min(conns, 2)), "-c", str(conns), "-d", duration,
                           "--latency", "-s", lua, f"http://127.0.0.1:{port}/v1/chat/completions"],
                          capture_output=True, text=True).stdout
@@ -60,19 +138,51 @@ def wrk(port, conns, duration, body_file):
             return float("nan")
         v = float(m.group(1))
         return v * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)]
+    t1 = cpu_ticks(pids)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    n = int(re.search(r"(\d+) requests in", out).group(1))
+    cpu_us = (t1 - t0) * 1e6 / os.sysconf("SC_CLK_TCK") / max(n, 1)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = int(non2xx.group(1)) if non2xx else 0
-    return {"p50_us": lat("50"), "p99_us": lat("99"), "rps": rps, "errors": errors}
+    return {"p50_us": lat("50"), "p99_us": lat("99"), "rps": rps, "errors": errors, "cpu_us": cpu_us}
+
+
+def stage_sums(port):
+    """{stage: (sum_seconds, count)} from the router's overhead histogram."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for m in re.finditer(r'^infera_router_routing_overhead_seconds_(sum|count)\{stage="(\w+)"\} (\S+)', text, re.M):
+        sums = out.setdefault(m.group(2), [0.0, 0.0])
+        sums[0 if m.group(1) == "sum" else 1] = float(m.group(3))
+    return out
+
+
+_stage_before = {}
+
+
+def stage_means(port):
+    """Mean µs per stage since the previous call for this port."""
+    now = stage_sums(port)
+    before = _stage_before.get(port, {})
+    _stage_before[port] = now
+    means = {}
+    for stage, (s, c) in now.items():
+        s0, c0 = before.get(stage, (0.0, 0.0))
+        if c > c0:
+            means[stage] = (s - s0) / (c - c0) * 1e6
+    return means
 
 
 try:
     wports = [start([args.fake_worker, "--chunks", "1", "--threads", "1", "--name", n], r"listening on (\d+)")
               for n in ("A", "B")]
-    body_file = os.path.join(tmp, "body.json")
-    content = ("You are a helpful assistant. " * 1000)[: args.prompt_chars]
-    with open(body_file, "w") as f:
-        json.dump({"model": "m", "messages": [{"role": "user", "content": content}], "max_tokens": 1}, f)
+    if args.workload == "short":
+        content = "@@UNIQUE@@ " + ("You are a helpful assistant. " * 1000)[: args.prompt_chars]
+        messages = [{"role": "user", "content": content}]
+    else:
+        messages = chat_messages(1 if args.workload == "chat8k-cold" else -1)
+    body_text = json.dumps({"model": "m", "messages": messages, "max_tokens": 1}, ensure_ascii=False)
+    body_file = write_lua(body_text)
 
     def router(policy):
         argv = [args.router, "--host", "127.0.0.1", "--port", "0", "--threads", str(args.router_threads),
@@ -89,12 +199,13 @@ try:
             out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
             m = re.search(r"127\.0\.0\.1:(\d+)\s.*pid=%d," % p.pid, out)
             if m:
-                return int(m.group(1))
+                return int(m.group(1)), p.pid
             time.sleep(0.05)
         raise SystemExit("router did not start")
 
-    rr_port = router("round-robin")
-    kv_port = router("kv-aware")
+    wanted = args.targets.split(",")
+    rr = router("round-robin") if "rr" in wanted else None
+    kv = router("kv-aware") if "kv" in wanted else None
 
     conf = os.path.join(tmp, "nginx.conf")
     nginx_port = 0
@@ -122,25 +233,45 @@ http {{
     procs.append(ng)
     time.sleep(0.5)
 
-    targets = [("direct (worker A)", wports[0]), ("infera-router round-robin", rr_port),
-               ("infera-router kv-aware", kv_port), ("nginx round-robin", nginx_port)]
-    for _, p in targets:  # warm up connection pools
+    targets = [("direct (worker A)", wports[0], [procs[0].pid]),
+               ("infera-router round-robin", rr[0], [rr[1]]) if rr else None,
+               ("infera-router kv-aware", kv[0], [kv[1]]) if kv else None,
+               ("nginx round-robin", nginx_port, [ng.pid])]
+    targets = [t for t in targets if t is not None and
+               ({"direct (worker A)": "direct", "nginx round-robin": "nginx"}.get(t[0]) in wanted or
+                t[0].startswith("infera"))]
+    for _, p, _ in targets:  # warm up connection pools
         wrk(p, 4, "1s", body_file)
     rows = []
-    for name, p in targets:
+    overheads = {}
+    for name, p, pids in targets:
+        if name.startswith("infera"):
+            stage_means(p)  # snapshot: the means below cover the -c1 run only
         lat = wrk(p, 1, args.duration, body_file)
-        thr = wrk(p, args.conns, args.duration, body_file)
+        if name.startswith("infera"):
+            overheads[name] = stage_means(p)
+        thr = wrk(p, args.conns, args.duration, body_file, pids)
         rows.append((name, lat, thr))
-    direct = rows[0][1]
-    nginx_rps = rows[3][2]["rps"]
-    print(f"\nprompt {args.prompt_chars} chars, wrk {args.duration}, latency at -c1, throughput at -c{args.conns}, "
-          f"router/nginx threads {args.router_threads}\n")
-    print("| target | p50 µs | p99 µs | added p50 µs | added p99 µs | req/s | vs nginx | errors |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    direct = rows[0][1] if rows[0][0].startswith("direct") else None
+    nginx_rps = rows[-1][2]["rps"] if rows[-1][0].startswith("nginx") else float("nan")
+    print(f"\nworkload {args.workload} ({len(body_text)} bytes), wrk {args.duration}, latency at -c1, "
+          f"throughput at -c{args.conns}, router/nginx threads {args.router_threads}, "
+          f"tokenizer {'yes' if args.tokenizer else 'no'}\n")
+    print("| target | p50 µs | p99 µs | added p50 µs | added p99 µs | req/s | vs nginx | CPU µs/req | errors |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, lat, thr in rows:
-        print(f"| {name} | {lat['p50_us']:.0f} | {lat['p99_us']:.0f} | {lat['p50_us'] - direct['p50_us']:.0f} | "
-              f"{lat['p99_us'] - direct['p99_us']:.0f} | {thr['rps']:.0f} | {thr['rps'] / nginx_rps:.2f} | "
+        added50 = lat['p50_us'] - direct['p50_us'] if direct else float("nan")
+        added99 = lat['p99_us'] - direct['p99_us'] if direct else float("nan")
+        print(f"| {name} | {lat['p50_us']:.0f} | {lat['p99_us']:.0f} | {added50:.0f} | {added99:.0f} | "
+              f"{thr['rps']:.0f} | {thr['rps'] / nginx_rps:.2f} | {thr['cpu_us']:.0f} | "
               f"{lat['errors'] + thr['errors']} |")
+    if overheads:
+        print("\nRouter stage means during the -c1 run (µs, from infera_router_routing_overhead_seconds):\n")
+        print("| target | parse | render_tokenize | hash_match | total |")
+        print("|---|---:|---:|---:|---:|")
+        for name, st in overheads.items():
+            print(f"| {name} | " + " | ".join(f"{st.get(k, float('nan')):.0f}" for k in
+                                               ("parse", "render_tokenize", "hash_match", "total")) + " |")
 finally:
     for p in procs:
         if p.poll() is None:

@@ -1,5 +1,6 @@
 #include "http/client.h"
 
+#include <array>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <unordered_map>
@@ -92,9 +93,18 @@ Awaitable<absl::StatusOr<std::optional<std::string>>> ClientStream::Read() {
     if (s.broken) co_return absl::UnavailableError("upstream read: connection broken");
     s.parser.get().body().data = s.chunk;
     s.parser.get().body().size = sizeof(s.chunk);
-    s.stream.expires_at(s.deadline);
     beast::error_code ec;
-    co_await bhttp::async_read_some(s.stream, s.buffer, s.parser, NoThrow(ec));
+    size_t used = 0;
+    if (s.buffer.size() > 0) {
+      // Bytes that came with the header (or an earlier read): parse them in place.
+      used = s.parser.put(s.buffer.data(), ec);
+      s.buffer.consume(used);
+      if (ec == bhttp::error::need_more) ec = {};
+    }
+    if (!ec && used == 0 && !s.parser.is_done()) {
+      s.stream.expires_at(s.deadline);
+      co_await bhttp::async_read_some(s.stream, s.buffer, s.parser, NoThrow(ec));
+    }
     if (ec == bhttp::error::need_buffer) ec = {};
     if (ec) {
       s.broken = true;
@@ -143,15 +153,22 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
     Deadline deadline, std::shared_ptr<Cancellation> cancel) {
   if (cancel && cancel->cancelled()) co_return absl::CancelledError("request cancelled");
   const std::string key = endpoint.HostPort();
-  bhttp::request<bhttp::string_body> req;
-  req.method_string(method);
-  req.target(endpoint.base_path + target);
-  req.version(11);
-  for (const auto& f : headers.fields()) req.insert(f.name, f.value);
-  req.set(bhttp::field::host, key);
-  req.keep_alive(true);
-  req.body() = std::move(body);
-  req.prepare_payload();
+  // The request head, serialized by hand (Beast's serializer cost ~12k instructions
+  // per request here); written together with the body in one gather write.
+  std::string head;
+  head.reserve(128 + endpoint.base_path.size() + target.size() + 64 * headers.fields().size());
+  head.append(method).append(" ").append(endpoint.base_path).append(target).append(" HTTP/1.1\r\n");
+  head.append("Host: ").append(key).append("\r\n");
+  headers.Remove("Host");
+  headers.Remove("Content-Length");
+  headers.Remove("Transfer-Encoding");
+  headers.Remove("Connection");
+  headers.AppendWire(head);
+  if (!body.empty() || (method != "GET" && method != "HEAD" && method != "DELETE")) {
+    head.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n");
+  }
+  head.append("\r\n");
+  const std::array<asio::const_buffer, 2> request_bytes = {asio::buffer(head), asio::buffer(body)};
 
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::optional<beast::tcp_stream> conn;
@@ -195,7 +212,7 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
     impl->stream.expires_at(deadline);
     if (cancel) cancel->Bind([s = impl.get()] { s->stream.cancel(); });
     beast::error_code ec;
-    co_await bhttp::async_write(impl->stream, req, NoThrow(ec));
+    co_await asio::async_write(impl->stream, request_bytes, NoThrow(ec));
     if (!ec) {
       impl->stream.expires_at(deadline);
       co_await bhttp::async_read_header(impl->stream, impl->buffer, impl->parser, NoThrow(ec));

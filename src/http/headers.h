@@ -45,6 +45,16 @@ class Headers {
     std::erase_if(fields_, [&](const Field& f) { return EqualsIgnoreCase(f.name, name); });
   }
   const std::vector<Field>& fields() const { return fields_; }
+  void Reserve(size_t n) { fields_.reserve(n); }
+
+  // Appends "Name: value\r\n" per field (the HTTP/1.1 wire form). A field whose
+  // name or value holds CR, LF or NUL is dropped: it could split the message.
+  void AppendWire(std::string& out) const {
+    for (const Field& f : fields_) {
+      if (!WireSafe(f.name) || !WireSafe(f.value) || f.name.empty()) continue;
+      out.append(f.name).append(": ").append(f.value).append("\r\n");
+    }
+  }
 
   static bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
     if (a.size() != b.size()) return false;
@@ -58,6 +68,10 @@ class Headers {
   }
 
  private:
+  static bool WireSafe(std::string_view s) {
+    return s.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+  }
+
   std::vector<Field> fields_;
 };
 

@@ -1,7 +1,11 @@
 #include "http/server.h"
 
+#include <sys/socket.h>
+
+#include <array>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <chrono>
 #include <exception>
 #include <nlohmann/json.hpp>
@@ -103,7 +107,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Awaitable<bool> WriteSimple(bhttp::response<bhttp::string_body>& res);
   Awaitable<void> SendError(int status, std::string_view message, std::string_view target,
                             bool keep_alive);
-  Awaitable<void> Watch(ResponseWriter* writer);
+  struct WatchState {
+    ResponseWriter* writer = nullptr;
+  };
+  void Watch(std::shared_ptr<WatchState> state);
   void ArmWrite() {
     stream_.expires_after(std::chrono::milliseconds(server_.options_.write_timeout_ms));
   }
@@ -115,15 +122,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool idle_ = true;
   bool keep_alive_ = true;
   bool watching_ = false;
-  // Signalled (cancelled) when the watcher coroutine has finished.
-  struct WatchState {
-    explicit WatchState(asio::any_io_executor ex)
-        : finished_signal(ex, asio::steady_timer::time_point::max()) {}
-    asio::steady_timer finished_signal;
-    bool handler_done = false;
-    bool finished = false;
-  };
+  // The disconnect watch of the request being handled (a readiness wait on the
+  // socket; no coroutine, no read). `writer` is cleared when the handler returns,
+  // so a late completion does nothing.
   std::shared_ptr<WatchState> watch_;
+  std::string peer_;  // "address:port", read once per connection
   std::unique_ptr<bhttp::response<bhttp::empty_body>> stream_head_;
   std::unique_ptr<bhttp::response_serializer<bhttp::empty_body>> stream_serializer_;
 };
@@ -146,27 +149,36 @@ Awaitable<void> Connection::SendError(int status, std::string_view message, std:
   co_await WriteSimple(res);
 }
 
-// Waits for the peer to close while the handler runs. Bytes that arrive (a
-// pipelined request) go into the read buffer and end the watch.
-Awaitable<void> Connection::Watch(ResponseWriter* writer) {
-  auto self = shared_from_this();
-  auto state = watch_;
-  beast::error_code ec;
-  size_t n = 0;
-  if (state->handler_done) {  // co_spawn started us after a quick handler finished
-    state->finished = true;
-    state->finished_signal.cancel();
-    co_return;
+// What a non-blocking peek says about the client while its request is handled.
+enum class PeerState { kQuiet, kBytes, kGone };
+
+PeerState PeekPeer(int fd) {
+  char byte;
+  ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) return PeerState::kBytes;  // a pipelined request: Run() reads it later
+  if (n == 0) return PeerState::kGone;  // orderly close
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return PeerState::kQuiet;
+  return PeerState::kGone;  // reset or other error
+}
+
+// Watches for the peer to close while the handler runs: a readiness wait, then a
+// peek. Pipelined bytes end the watch (they stay in the socket for Run()).
+void Connection::Watch(std::shared_ptr<WatchState> state) {
+  switch (PeekPeer(stream_.socket().native_handle())) {
+    case PeerState::kBytes:
+      return;
+    case PeerState::kGone:
+      state->writer->MarkClientGone();
+      return;
+    case PeerState::kQuiet:
+      break;
   }
-  auto buf = buffer_.prepare(4096);
-  n = co_await stream_.socket().async_read_some(buf, NoThrow(ec));
-  if (!ec) {
-    buffer_.commit(n);  // a pipelined request; Run() reads it after the handler
-  } else if (!state->handler_done && ec != asio::error::operation_aborted) {
-    writer->MarkClientGone();
-  }
-  state->finished = true;
-  state->finished_signal.cancel();
+  stream_.socket().async_wait(
+      tcp::socket::wait_read,
+      [self = shared_from_this(), state = std::move(state)](const beast::error_code& ec) {
+        if (ec || state->writer == nullptr) return;  // cancelled: the handler finished
+        self->Watch(state);
+      });
 }
 
 Awaitable<void> Connection::Run() {
@@ -186,10 +198,10 @@ Awaitable<void> Connection::Run() {
         co_await SendError(431, "request headers exceed the limit", "", false);
       } else if (ec == bhttp::error::body_limit) {
         // The parser checks Content-Length against the limit with the header.
-        co_await SendError(413,
-                           "request body exceeds the limit of " +
-                               std::to_string(opt.max_body_bytes) + " bytes",
-                           std::string(parser.get().target()), false);
+        co_await SendError(
+            413,
+            "request body exceeds the limit of " + std::to_string(opt.max_body_bytes) + " bytes",
+            std::string(parser.get().target()), false);
       } else if (ec != bhttp::error::end_of_stream && ec != beast::error::timeout &&
                  ec != asio::error::eof && ec != asio::error::operation_aborted &&
                  ec != asio::error::connection_reset && ec != asio::error::bad_descriptor &&
@@ -216,7 +228,17 @@ Awaitable<void> Connection::Run() {
     }
     stream_.expires_after(std::chrono::milliseconds(opt.request_timeout_ms));
     beast::error_code rec;
-    co_await bhttp::async_read(stream_, buffer_, parser, NoThrow(rec));
+    // The body usually arrived with the header: parse what is buffered in place and
+    // read from the socket only if more is needed.
+    while (!parser.is_done() && buffer_.size() > 0) {
+      size_t used = parser.put(buffer_.data(), rec);
+      buffer_.consume(used);
+      if (rec == bhttp::error::need_more) rec = {};
+      if (rec || used == 0) break;
+    }
+    if (!rec && !parser.is_done()) {
+      co_await bhttp::async_read(stream_, buffer_, parser, NoThrow(rec));
+    }
     if (rec) {
       if (rec == bhttp::error::body_limit) {
         co_await SendError(
@@ -240,16 +262,20 @@ Awaitable<void> Connection::Run() {
       req.headers.Add(std::string(f.name_string()), std::string(f.value()));
     }
     req.body = std::move(msg.body());
-    beast::error_code rep_ec;
-    auto ep = stream_.socket().remote_endpoint(rep_ec);
-    if (!rep_ec) req.remote_address = ep.address().to_string() + ":" + std::to_string(ep.port());
+    if (peer_.empty()) {
+      beast::error_code rep_ec;
+      auto ep = stream_.socket().remote_endpoint(rep_ec);
+      if (!rep_ec) peer_ = ep.address().to_string() + ":" + std::to_string(ep.port());
+    }
+    req.remote_address = peer_;
 
     ResponseWriter writer(this);
     // Watch for a disconnect only when no pipelined bytes are already buffered.
     watching_ = buffer_.size() == 0;
     if (watching_) {
-      watch_ = std::make_shared<WatchState>(stream_.get_executor());
-      asio::co_spawn(stream_.get_executor(), Watch(&writer), asio::detached);
+      watch_ = std::make_shared<WatchState>();
+      watch_->writer = &writer;
+      Watch(watch_);
     }
     std::exception_ptr error;
     try {
@@ -258,14 +284,12 @@ Awaitable<void> Connection::Run() {
       error = std::current_exception();
     }
     if (watching_) {
-      watch_->handler_done = true;
-      // Stop the watcher's read and wait for it so it never outlives `writer`.
+      // Detach the watch from `writer` (which dies with this iteration) and cancel
+      // its wait; a completion already queued sees writer == nullptr.
+      watch_->writer = nullptr;
+      watch_.reset();
       beast::error_code cec;
       stream_.socket().cancel(cec);
-      if (!watch_->finished) {
-        beast::error_code tec;
-        co_await watch_->finished_signal.async_wait(NoThrow(tec));
-      }
       watching_ = false;
     }
     if (error) {
@@ -299,13 +323,28 @@ void ResponseWriter::MarkClientGone() {
 
 Awaitable<bool> ResponseWriter::Send(int status, Headers headers, std::string body) {
   started_ = true;
-  bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(status), 11};
-  for (const auto& f : headers.fields()) res.insert(f.name, f.value);
+  // Serialized by hand into one head buffer (status line, fields, Content-Length)
+  // written together with the body: Beast's serializer cost ~12k instructions per
+  // response here (doc/perf-router.md).
+  std::string head;
+  head.reserve(128 + 64 * headers.fields().size());
+  head.append("HTTP/1.1 ").append(std::to_string(status)).push_back(' ');
+  auto beast_reason = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
+  std::string_view reason(beast_reason.data(), beast_reason.size());
+  head.append(reason.empty() ? std::string_view("Unknown") : reason).append("\r\n");
+  headers.Remove("Content-Length");
+  headers.Remove("Transfer-Encoding");
+  headers.Remove("Connection");
+  headers.AppendWire(head);
   bool keep = conn_->keep_alive_ && !conn_->server_.stopping();
-  res.keep_alive(keep);
-  res.body() = std::move(body);
-  res.prepare_payload();
-  bool ok = co_await conn_->WriteSimple(res);
+  if (!keep) head.append("Connection: close\r\n");
+  head.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n\r\n");
+  conn_->ArmWrite();
+  beast::error_code ec;
+  std::array<asio::const_buffer, 2> buffers = {asio::buffer(head), asio::buffer(body)};
+  co_await asio::async_write(conn_->stream_, buffers, NoThrow(ec));
+  bool ok = !ec;
+  if (!keep) conn_->keep_alive_ = false;
   finished_ = true;
   if (!ok) {
     failed_ = true;

@@ -3,95 +3,188 @@
 #include <algorithm>
 
 #include "core/image_affinity.h"
+#include "simdjson.h"
 
 namespace infera::router {
 namespace {
 
-using nlohmann::json;
+using simdjson::dom::array;
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+using simdjson::dom::object;
 
 bool IsDataUrl(std::string_view s) { return s.substr(0, 5) == "data:"; }
 
-void AddBytes(const json& v, size_t& bytes) {
-  if (v.is_string()) {
-    const auto& s = v.get_ref<const std::string&>();
-    if (!IsDataUrl(s)) bytes += s.size();
-  } else if (v.is_array()) {
-    for (const auto& e : v) AddBytes(e, bytes);
-  } else if (v.is_object()) {
-    for (const auto& [k, e] : v.items()) {
-      if (k == "data") continue;  // base64 payloads (images, audio)
-      AddBytes(e, bytes);
+// The value of `key` in `obj` (the last one if the key repeats, as Python's json
+// keeps), or nullopt.
+std::optional<element> Field(const object& obj, std::string_view key) {
+  std::optional<element> found;
+  for (const simdjson::dom::key_value_pair& f : obj) {
+    if (f.key == key) found = f.value;
+  }
+  return found;
+}
+
+std::optional<element> Field(const element& e, std::string_view key) {
+  object obj;
+  if (e.get_object().get(obj) != simdjson::SUCCESS) return std::nullopt;
+  return Field(obj, key);
+}
+
+std::optional<std::string_view> StringField(const element& e, std::string_view key) {
+  auto v = Field(e, key);
+  std::string_view s;
+  if (!v || v->get_string().get(s) != simdjson::SUCCESS) return std::nullopt;
+  return s;
+}
+
+bool IsInteger(const element& e) {
+  return e.type() == element_type::INT64 || e.type() == element_type::UINT64;
+}
+
+// Integer value clamped into int64 (UINT64 values above INT64_MAX saturate).
+int64_t IntegerValue(const element& e) {
+  if (e.type() == element_type::UINT64) {
+    uint64_t u = e.get_uint64().value_unsafe();
+    return u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
+  }
+  return e.get_int64().value_unsafe();
+}
+
+array ArrayOf(const element& e) { return e.get_array().value_unsafe(); }     // REQUIRES: an array
+object ObjectOf(const element& e) { return e.get_object().value_unsafe(); }  // REQUIRES: an object
+
+bool IsEmpty(const element& e) {
+  if (e.type() == element_type::ARRAY) {
+    array a = e.get_array().value_unsafe();
+    return a.begin() == a.end();
+  }
+  if (e.type() == element_type::OBJECT) {
+    object o = e.get_object().value_unsafe();
+    return o.begin() == o.end();
+  }
+  return false;
+}
+
+// Bytes of prompt text under `v`: every string value, except `data:` URLs and the
+// values of "data" keys (base64 payloads).
+void AddBytes(const element& v, size_t& bytes) {
+  switch (v.type()) {
+    case element_type::STRING: {
+      std::string_view s = v.get_string().value_unsafe();
+      if (!IsDataUrl(s)) bytes += s.size();
+      break;
     }
+    case element_type::ARRAY:
+      for (element e : ArrayOf(v)) AddBytes(e, bytes);
+      break;
+    case element_type::OBJECT:
+      for (const simdjson::dom::key_value_pair& f : ObjectOf(v)) {
+        if (f.key == "data") continue;
+        AddBytes(f.value, bytes);
+      }
+      break;
+    default:
+      break;
   }
 }
 
-void AddRef(const json& v, std::vector<uint64_t>& keys) {
-  if (v.is_string()) keys.push_back(core::ImageKey(v.get_ref<const std::string&>()));
+size_t EstimateTokens(const element& v) {
+  size_t bytes = 0;
+  AddBytes(v, bytes);
+  return std::max<size_t>(1, bytes / 4);
+}
+
+void AddRef(const std::optional<element>& v, std::vector<uint64_t>& keys) {
+  std::string_view s;
+  if (v && v->get_string().get(s) == simdjson::SUCCESS) keys.push_back(core::ImageKey(s));
 }
 
 // One content block in OpenAI or Anthropic shape.
-void CollectFromBlock(const json& block, std::vector<uint64_t>& keys) {
-  if (!block.is_object()) return;
-  auto type_it = block.find("type");
-  if (type_it == block.end() || !type_it->is_string()) return;
-  const std::string& type = type_it->get_ref<const std::string&>();
-  if (type == "image_url") {
-    auto it = block.find("image_url");
-    if (it != block.end()) {
-      if (it->is_object() && it->contains("url"))
-        AddRef((*it)["url"], keys);
-      else
-        AddRef(*it, keys);
+void CollectFromBlock(const element& block, std::vector<uint64_t>& keys) {
+  auto type = StringField(block, "type");
+  if (!type) return;
+  if (*type == "image_url") {
+    auto it = Field(block, "image_url");
+    if (it) {
+      auto url = Field(*it, "url");
+      AddRef(url ? url : it, keys);
     }
-  } else if (type == "input_audio") {
-    auto it = block.find("input_audio");
-    if (it != block.end() && it->is_object() && it->contains("data")) {
-      AddRef((*it)["data"], keys);
-    }
-  } else if (type == "image" || type == "document" || type == "file" || type == "video" ||
-             type == "audio") {
-    auto src = block.find("source");
-    if (src != block.end() && src->is_object()) {
-      if (src->contains("url")) {
-        AddRef((*src)["url"], keys);
-      } else if (src->contains("data")) {
-        std::string media = src->value("media_type", "");
-        const json& data = (*src)["data"];
-        if (data.is_string()) {
-          keys.push_back(
-              core::ImageKey("data:" + media + ";base64," + data.get_ref<const std::string&>()));
+  } else if (*type == "input_audio") {
+    if (auto it = Field(block, "input_audio")) AddRef(Field(*it, "data"), keys);
+  } else if (*type == "image" || *type == "document" || *type == "file" || *type == "video" ||
+             *type == "audio") {
+    auto src = Field(block, "source");
+    if (src && src->is_object()) {
+      if (auto url = Field(*src, "url")) {
+        AddRef(url, keys);
+      } else if (auto data = Field(*src, "data")) {
+        std::string_view media = StringField(*src, "media_type").value_or("");
+        std::string_view payload;
+        if (data->get_string().get(payload) == simdjson::SUCCESS) {
+          std::string ref = "data:";
+          ref.append(media).append(";base64,").append(payload);
+          keys.push_back(core::ImageKey(ref));
         }
       }
     } else {
       for (const char* field : {"image", "url", "file", "video", "audio"}) {
-        if (block.contains(field)) AddRef(block[field], keys);
+        AddRef(Field(block, field), keys);
       }
     }
   }
 }
 
+std::vector<uint64_t> CollectImageKeys(const element& body) {
+  std::vector<uint64_t> keys;
+  auto messages = Field(body, "messages");
+  if (messages && messages->is_array()) {
+    for (element m : ArrayOf(*messages)) {
+      auto content = Field(m, "content");
+      if (!content || !content->is_array()) continue;
+      for (element block : ArrayOf(*content)) {
+        CollectFromBlock(block, keys);
+        // Anthropic tool_result blocks nest content blocks.
+        auto inner = Field(block, "content");
+        if (inner && inner->is_array()) {
+          for (element e : ArrayOf(*inner)) CollectFromBlock(e, keys);
+        }
+      }
+    }
+  }
+  auto images = Field(body, "images");
+  if (images && images->is_array()) {
+    for (element img : ArrayOf(*images)) AddRef(img, keys);
+  }
+  return keys;
+}
+
 absl::Status Invalid(std::string msg) { return absl::InvalidArgumentError(std::move(msg)); }
 
-absl::Status CheckMessages(const json& body, bool anthropic) {
-  auto it = body.find("messages");
-  if (it == body.end()) return Invalid("'messages' is required");
+absl::Status CheckMessages(const object& body, bool anthropic) {
+  auto it = Field(body, "messages");
+  if (!it) return Invalid("'messages' is required");
   if (!it->is_array()) return Invalid("'messages' must be an array");
-  if (it->empty()) return Invalid("'messages' must not be empty");
-  for (size_t i = 0; i < it->size(); ++i) {
-    const json& m = (*it)[i];
-    std::string where = "messages[" + std::to_string(i) + "]";
+  if (IsEmpty(*it)) return Invalid("'messages' must not be empty");
+  size_t i = 0;
+  for (element m : ArrayOf(*it)) {
+    std::string where = "messages[" + std::to_string(i++) + "]";
     if (!m.is_object()) return Invalid(where + " must be an object");
-    auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) return Invalid(where + ".role must be a string");
-    auto content = m.find("content");
-    if (content != m.end() && !content->is_string() && !content->is_array() &&
-        !content->is_null()) {
+    auto role = Field(m, "role");
+    if (!role || !role->is_string()) return Invalid(where + ".role must be a string");
+    auto content = Field(m, "content");
+    if (content && !content->is_string() && !content->is_array() && !content->is_null()) {
       return Invalid(where + ".content must be a string or an array of content blocks");
     }
-    if (anthropic && content == m.end()) return Invalid(where + ".content is required");
+    if (anthropic && !content) return Invalid(where + ".content is required");
   }
   return absl::OkStatus();
 }
+
+// One parser per thread: it keeps its buffers between requests. Bodies larger than
+// kKeepBytes are parsed by a temporary parser so a rare huge body does not pin
+// memory for the thread's lifetime.
+constexpr size_t kKeepBytes = 4 << 20;
 
 }  // namespace
 
@@ -107,110 +200,89 @@ const char* ApiKindName(ApiKind kind) {
   return "chat";
 }
 
-size_t EstimateTokens(const json& value) {
-  size_t bytes = 0;
-  AddBytes(value, bytes);
-  return std::max<size_t>(1, bytes / 4);
-}
-
-std::vector<uint64_t> CollectImageKeys(const json& body) {
-  std::vector<uint64_t> keys;
-  auto messages = body.find("messages");
-  if (messages != body.end() && messages->is_array()) {
-    for (const auto& m : *messages) {
-      if (!m.is_object()) continue;
-      auto content = m.find("content");
-      if (content == m.end() || !content->is_array()) continue;
-      for (const auto& block : *content) {
-        CollectFromBlock(block, keys);
-        // Anthropic tool_result blocks nest content blocks.
-        if (block.is_object() && block.contains("content") && block["content"].is_array()) {
-          for (const auto& inner : block["content"]) CollectFromBlock(inner, keys);
-        }
-      }
-    }
-  }
-  auto images = body.find("images");
-  if (images != body.end() && images->is_array()) {
-    for (const auto& img : *images) AddRef(img, keys);
-  }
-  return keys;
-}
-
 absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body) {
   ApiRequest req;
   req.kind = kind;
-  req.body = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (req.body.is_discarded()) return Invalid("request body is not valid JSON");
-  if (!req.body.is_object()) return Invalid("request body must be a JSON object");
-  const json& b = req.body;
-
-  auto model = b.find("model");
-  if (model == b.end()) return Invalid("'model' is required");
-  if (!model->is_string()) return Invalid("'model' must be a string");
-  req.model = model->get<std::string>();
-
-  auto stream = b.find("stream");
-  if (stream != b.end() && !stream->is_null()) {
-    if (!stream->is_boolean()) return Invalid("'stream' must be a boolean");
-    req.stream = stream->get<bool>();
+  thread_local simdjson::dom::parser shared_parser;
+  std::optional<simdjson::dom::parser> own_parser;
+  simdjson::dom::parser* parser = &shared_parser;
+  if (body.size() > kKeepBytes) parser = &own_parser.emplace();
+  element doc;
+  if (parser->parse(body.data(), body.size()).get(doc) != simdjson::SUCCESS) {
+    return Invalid("request body is not valid JSON");
   }
-  auto n = b.find("n");
-  if (n != b.end() && n->is_number_integer() && n->get<int64_t>() >= 1 &&
-      n->get<int64_t>() <= 1'000'000) {
-    req.n = static_cast<uint32_t>(n->get<int64_t>());
+  object b;
+  if (doc.get_object().get(b) != simdjson::SUCCESS) {
+    return Invalid("request body must be a JSON object");
+  }
+
+  auto model = Field(b, "model");
+  if (!model) return Invalid("'model' is required");
+  if (!model->is_string()) return Invalid("'model' must be a string");
+  req.model = std::string(model->get_string().value_unsafe());
+
+  auto stream = Field(b, "stream");
+  if (stream && !stream->is_null()) {
+    if (!stream->is_bool()) return Invalid("'stream' must be a boolean");
+    req.stream = stream->get_bool().value_unsafe();
+  }
+  auto n = Field(b, "n");
+  if (n && IsInteger(*n) && IntegerValue(*n) >= 1 && IntegerValue(*n) <= 1'000'000) {
+    req.n = static_cast<uint32_t>(IntegerValue(*n));
   }
   for (const char* key : {"session_id", "prompt_cache_key"}) {
-    auto it = b.find(key);
-    if (it != b.end() && it->is_string() && req.session_id.empty()) {
-      req.session_id = it->get<std::string>();
-    }
+    auto it = StringField(doc, key);
+    if (it && req.session_id.empty()) req.session_id = std::string(*it);
   }
 
   switch (kind) {
     case ApiKind::kChat: {
       if (absl::Status s = CheckMessages(b, false); !s.ok()) return s;
-      req.estimated_tokens = EstimateTokens(b["messages"]) +
-                             (b.contains("tools") ? EstimateTokens(b["tools"]) - 1 : 0);
-      req.image_keys = CollectImageKeys(b);
+      auto tools = Field(b, "tools");
+      req.estimated_tokens =
+          EstimateTokens(*Field(b, "messages")) + (tools ? EstimateTokens(*tools) - 1 : 0);
+      req.image_keys = CollectImageKeys(doc);
       break;
     }
     case ApiKind::kMessages: {
       if (absl::Status s = CheckMessages(b, true); !s.ok()) return s;
-      auto max_tokens = b.find("max_tokens");
-      if (max_tokens == b.end()) return Invalid("'max_tokens' is required");
-      if (!max_tokens->is_number_integer() || max_tokens->get<int64_t>() < 1) {
+      auto max_tokens = Field(b, "max_tokens");
+      if (!max_tokens) return Invalid("'max_tokens' is required");
+      if (!IsInteger(*max_tokens) || IntegerValue(*max_tokens) < 1) {
         return Invalid("'max_tokens' must be a positive integer");
       }
-      auto system = b.find("system");
-      if (system != b.end() && !system->is_string() && !system->is_array()) {
+      auto system = Field(b, "system");
+      if (system && !system->is_string() && !system->is_array()) {
         return Invalid("'system' must be a string or an array of text blocks");
       }
       req.estimated_tokens =
-          EstimateTokens(b["messages"]) + (system != b.end() ? EstimateTokens(*system) : 0);
-      req.image_keys = CollectImageKeys(b);
+          EstimateTokens(*Field(b, "messages")) + (system ? EstimateTokens(*system) : 0);
+      req.image_keys = CollectImageKeys(doc);
+      // The translation to chat works on nlohmann::json; the body is valid JSON here.
+      req.body = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+      if (req.body.is_discarded()) return Invalid("request body is not valid JSON");
       break;
     }
     case ApiKind::kCompletions: {
-      auto prompt = b.find("prompt");
-      if (prompt == b.end()) return Invalid("'prompt' is required");
+      auto prompt = Field(b, "prompt");
+      if (!prompt) return Invalid("'prompt' is required");
       if (prompt->is_string()) {
+        req.prompt_text = std::string(prompt->get_string().value_unsafe());
         req.estimated_tokens = EstimateTokens(*prompt);
-      } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number()) {
+      } else if (prompt->is_array() && !IsEmpty(*prompt) &&
+                 prompt->at(0).value_unsafe().is_number()) {
         std::vector<core::TokenId> ids;
-        ids.reserve(prompt->size());
-        for (const auto& t : *prompt) {
-          if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
-              t.get<int64_t>() > int64_t{0xFFFFFFFF}) {
+        for (element t : ArrayOf(*prompt)) {
+          if (!IsInteger(t) || IntegerValue(t) < 0 || IntegerValue(t) > int64_t{0xFFFFFFFF}) {
             return Invalid("'prompt' token ids must be non-negative 32-bit integers");
           }
-          ids.push_back(static_cast<core::TokenId>(t.get<int64_t>()));
+          ids.push_back(static_cast<core::TokenId>(IntegerValue(t)));
         }
         req.estimated_tokens = ids.size();
         req.prompt_tokens = std::move(ids);
-      } else if (prompt->is_array() && !prompt->empty()) {
+      } else if (prompt->is_array() && !IsEmpty(*prompt)) {
         // A batch of prompts (strings or id arrays): routed by the estimate.
-        for (const auto& p : *prompt) {
+        for (element p : ArrayOf(*prompt)) {
           if (!p.is_string() && !p.is_array()) {
             return Invalid("'prompt' must be a string, an array of token ids, or a batch");
           }

@@ -8,9 +8,13 @@
 // `data` fields), the image keys (architecture §8) and the session id.
 //
 // Untrusted input: every failure is an InvalidArgument status with a message fit
-// for the client; nothing throws.
+// for the client; nothing throws. The body is parsed with simdjson (the router's hot
+// path: a short chat request costs a few microseconds); a key given twice counts
+// with its last value, as in Python's json (what the engine sees). Only Anthropic
+// bodies are also parsed into nlohmann::json, for the translation to chat.
 //
-// Thread-safety: pure functions.
+// Thread-safety: ParseApiRequest may be called from any thread (one simdjson parser
+// per thread).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +36,8 @@ const char* ApiKindName(ApiKind kind);
 
 struct ApiRequest {
   ApiKind kind = ApiKind::kChat;
-  nlohmann::json body;  // the parsed body (for kMessages: the original Anthropic body)
+  nlohmann::json body;      // kMessages only: the Anthropic body, for AnthropicToChat
+  std::string prompt_text;  // kCompletions with a string prompt: the prompt
   std::string model;
   bool stream = false;
   uint32_t n = 1;  // choices requested (an invalid n counts as 1)
@@ -46,13 +51,6 @@ struct ApiRequest {
 // Parses `body` for `kind`. REQUIRES: nothing; any input is handled.
 absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body);
 
-// The spec's fallback token estimate: UTF-8 bytes of every string in `value`
-// divided by 4, skipping `data:` URLs and the values of "data" fields.
-size_t EstimateTokens(const nlohmann::json& value);
 
-// ImageKey (XXH3-64, seed 0) of each image/audio/document reference in the
-// request: OpenAI `image_url`/`input_audio` blocks, Anthropic `image`/`document`
-// blocks (url or base64 source), and a top-level `images` list.
-std::vector<uint64_t> CollectImageKeys(const nlohmann::json& body);
 
 }  // namespace infera::router

@@ -56,5 +56,48 @@ TEST(ApiRequestTest, RejectsBadInputWithClearMessages) {
   }
 }
 
+TEST(ApiRequestTest, RepeatedKeyCountsWithItsLastValueLikePython) {
+  auto r = ParseApiRequest(ApiKind::kChat,
+                           R"({"model":"a","model":"b","stream":false,"stream":true,
+                               "messages":[{"role":"user","content":"x"}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model, "b");
+  EXPECT_TRUE(r->stream);
+}
+
+TEST(ApiRequestTest, CompletionsStringPromptIsKept) {
+  auto r = ParseApiRequest(ApiKind::kCompletions, R"({"model":"m","prompt":"caf\u00e9 \"q\""})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->prompt_text, "caf\xc3\xa9 \"q\"");
+  EXPECT_FALSE(r->prompt_tokens.has_value());
+}
+
+TEST(ApiRequestTest, AnthropicBodyIsParsedForTranslation) {
+  auto r = ParseApiRequest(ApiKind::kMessages,
+                           R"({"model":"m","max_tokens":8,"system":"be brief",
+                               "messages":[{"role":"user","content":"hello"}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->body.is_object());
+  EXPECT_EQ(r->body["system"], "be brief");
+}
+
+TEST(ApiRequestTest, RejectsInvalidUtf8AndTruncatedBodies) {
+  std::string bad = "{\"model\":\"m\xff\",\"messages\":[{\"role\":\"user\"}]}";
+  EXPECT_FALSE(ParseApiRequest(ApiKind::kChat, bad).ok());
+  EXPECT_FALSE(ParseApiRequest(ApiKind::kChat, R"({"model":"m","messages":[)").ok());
+  EXPECT_FALSE(ParseApiRequest(ApiKind::kChat, "").ok());
+  EXPECT_FALSE(ParseApiRequest(ApiKind::kChat, std::string(100000, '[')).ok());
+}
+
+TEST(ApiRequestTest, LargeBodyUsesItsOwnParser) {
+  std::string content(5 << 20, 'a');  // above the per-thread parser's keep limit
+  std::string body = R"({"model":"m","messages":[{"role":"user","content":")" + content + R"("}]})";
+  auto r = ParseApiRequest(ApiKind::kChat, body);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->estimated_tokens, (content.size() + 4) / 4);
+  auto small = ParseApiRequest(ApiKind::kChat, R"({"model":"m","messages":[{"role":"user"}]})");
+  EXPECT_TRUE(small.ok());
+}
+
 }  // namespace
 }  // namespace infera::router

@@ -26,6 +26,43 @@ std::string Label(std::string_view name, std::string_view value) {
   return std::string(name) + "=\"" + EscapeLabel(value) + "\"";
 }
 
+// Label sets used on every request, built once.
+const std::string kStageParse = Label("stage", "parse");
+const std::string kStageRenderTokenize = Label("stage", "render_tokenize");
+const std::string kStageHashMatch = Label("stage", "hash_match");
+const std::string kStageTotal = Label("stage", "total");
+
+// `endpoint="...",status="..."`, cached for the statuses the router answers with.
+const std::string& RequestLabels(ApiKind kind, int status) {
+  static constexpr int kStatuses[] = {200, 400, 404, 405, 413, 499, 500, 502, 503, 504};
+  static const auto* table = [] {
+    auto* t = new std::vector<std::string>;
+    for (ApiKind k : {ApiKind::kChat, ApiKind::kCompletions, ApiKind::kMessages}) {
+      for (int st : kStatuses) {
+        t->push_back(Label("endpoint", ApiKindName(k)) + "," + Label("status", std::to_string(st)));
+      }
+    }
+    return t;
+  }();
+  constexpr size_t kCount = std::size(kStatuses);
+  for (size_t i = 0; i < kCount; ++i) {
+    if (kStatuses[i] == status) return (*table)[static_cast<size_t>(kind) * kCount + i];
+  }
+  thread_local std::string other;
+  other = Label("endpoint", ApiKindName(kind)) + "," + Label("status", std::to_string(status));
+  return other;
+}
+
+// The outcomes of infera_request_duration_seconds.
+constexpr const char* kOutcomes[] = {"success", "client_error",   "cancelled",
+                                     "timeout", "upstream_error", "no_worker"};
+
+// Request ids: 24 lowercase hex digits.
+void AppendHex(std::string& out, uint64_t v, int digits) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (int i = digits - 1; i >= 0; --i) out.push_back(kHex[(v >> (4 * i)) & 0xf]);
+}
+
 // "tcp://host:5557" with the port moved by `offset` (DP rank r publishes on P + r).
 std::string OffsetPort(const std::string& endpoint, uint32_t offset) {
   if (offset == 0 || endpoint.empty()) return endpoint;
@@ -72,6 +109,8 @@ struct Router::Worker {
   http::Endpoint endpoint;
   std::vector<core::TargetId> targets;  // one per dp rank, in rank order
   CircuitBreaker breaker;
+  // `role="...",worker_id="..."` per role and rank (the picks counter's labels).
+  std::vector<std::string> pick_labels[3];
 };
 
 // Owns a pick's active-blocks guard; releases it (under the pick mutex) exactly once.
@@ -100,6 +139,10 @@ Router::Router(RouterOptions options) : options_(std::move(options)) {
   ingestor_ = std::make_unique<events::KvEventIngestor>(iopt);
   const core::KvIndex& index = *ingestor_->WithIndex([](const core::KvIndex& i) { return &i; });
   selector_ = std::make_unique<core::Selector>(options_.policy, index);
+  for (const char* outcome : kOutcomes) {
+    duration_labels_.push_back(Label("router", core::PolicyName(options_.policy.policy)) + "," +
+                               Label("outcome", outcome));
+  }
   std::random_device rd;
   request_id_salt_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   for (int i = 0; i < pool_->size(); ++i) {
@@ -166,8 +209,12 @@ void Router::AddWorker(const discovery::WorkerRecord& record) {
   for (const auto& w : workers_) {
     if (w->record.worker_id == record.worker_id) return;  // UpdateWorker handles changes
   }
-  auto w = std::make_unique<Worker>(Worker{
-      record, *ep, {}, CircuitBreaker(options_.breaker_failures, options_.breaker_cooldown_ms)});
+  auto w = std::make_unique<Worker>(
+      Worker{record,
+             *ep,
+             {},
+             CircuitBreaker(options_.breaker_failures, options_.breaker_cooldown_ms),
+             {}});
   for (uint32_t r = 0; r < std::max<uint32_t>(1, record.dp_size); ++r) {
     events::IngestTarget t;
     t.key = {record.worker_id, record.dp_rank + r};
@@ -178,6 +225,10 @@ void Router::AddWorker(const discovery::WorkerRecord& record) {
     t.block_size = record.kv_block_size == 0 ? 16 : record.kv_block_size;
     t.topic = options_.kv_events_topic;
     w->targets.push_back(ingestor_->AddTarget(t));
+    for (int role = 0; role < 3; ++role) {
+      w->pick_labels[role].push_back(RoleLabel(core::Role(role)) + "," +
+                                     Label("worker_id", t.key.ToString()));
+    }
   }
   spdlog::info("worker added: {} url={} model={} mode={} ranks={}", record.worker_id, record.url,
                record.model_name, core::RoleName(static_cast<core::Role>(record.disagg_mode)),
@@ -217,13 +268,31 @@ size_t Router::PendingGuards() {
   return selector_->load().PendingGuards();
 }
 
+const std::string& Router::RoleLabel(core::Role role) {
+  static const std::string labels[3] = {Label("role", core::RoleName(core::Role(0))),
+                                        Label("role", core::RoleName(core::Role(1))),
+                                        Label("role", core::RoleName(core::Role(2)))};
+  return labels[static_cast<size_t>(role) % 3];
+}
+
+const std::string& Router::DurationLabels(const std::string& outcome) {
+  for (size_t i = 0; i < std::size(kOutcomes); ++i) {
+    if (outcome == kOutcomes[i]) return duration_labels_[i];
+  }
+  thread_local std::string other;
+  other =
+      Label("router", core::PolicyName(options_.policy.policy)) + "," + Label("outcome", outcome);
+  return other;
+}
+
 std::string Router::NewRequestId() {
   uint64_t n = request_seq_.fetch_add(1) + 1;
   uint64_t x = (n * 0x9e3779b97f4a7c15ULL) ^ request_id_salt_;
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%016llx%08llx", static_cast<unsigned long long>(x),
-                static_cast<unsigned long long>(n & 0xffffffff));
-  return buf;
+  std::string id;
+  id.reserve(24);
+  AppendHex(id, x, 16);
+  AppendHex(id, n & 0xffffffff, 8);
+  return id;
 }
 
 http::Awaitable<void> Router::SendJson(http::ResponseWriter& w, int status, const std::string& body,
@@ -370,11 +439,11 @@ http::Awaitable<void> Router::Handle(http::Request& req, http::ResponseWriter& w
   if (request_id.empty() || request_id.size() > 128) request_id = NewRequestId();
   const bool get = req.method == "GET" || req.method == "HEAD";
   if (req.method == "POST" && path == "/v1/chat/completions") {
-    co_await Proxy(static_cast<int>(ApiKind::kChat), req, w);
+    co_await Proxy(static_cast<int>(ApiKind::kChat), req, w, std::move(request_id));
   } else if (req.method == "POST" && path == "/v1/completions") {
-    co_await Proxy(static_cast<int>(ApiKind::kCompletions), req, w);
+    co_await Proxy(static_cast<int>(ApiKind::kCompletions), req, w, std::move(request_id));
   } else if (req.method == "POST" && path == "/v1/messages") {
-    co_await Proxy(static_cast<int>(ApiKind::kMessages), req, w);
+    co_await Proxy(static_cast<int>(ApiKind::kMessages), req, w, std::move(request_id));
   } else if (get && path == "/health") {
     co_await SendJson(w, 200, HealthJson(), request_id);
   } else if (get && path == "/v1/models") {
@@ -420,21 +489,17 @@ http::Awaitable<void> Router::Handle(http::Request& req, http::ResponseWriter& w
   }
 }
 
-http::Awaitable<void> Router::Proxy(int kind_int, http::Request& req, http::ResponseWriter& w) {
+http::Awaitable<void> Router::Proxy(int kind_int, http::Request& req, http::ResponseWriter& w,
+                                    std::string request_id) {
   const ApiKind kind = static_cast<ApiKind>(kind_int);
   const auto start = Clock::now();
-  const std::string endpoint_label = Label("endpoint", ApiKindName(kind));
-  std::string request_id(req.headers.Get("X-Infera-Request-Id"));
-  if (request_id.empty() || request_id.size() > 128) request_id = NewRequestId();
   inflight_.fetch_add(1);
   std::string outcome = "success";
   int final_status = 200;
   auto finish = [&] {
     inflight_.fetch_sub(1);
-    requests_total_.Add(endpoint_label + "," + Label("status", std::to_string(final_status)));
-    request_duration_.Observe(
-        Label("router", core::PolicyName(options_.policy.policy)) + "," + Label("outcome", outcome),
-        SecondsSince(start));
+    requests_total_.Add(RequestLabels(kind, final_status));
+    request_duration_.Observe(DurationLabels(outcome), SecondsSince(start));
   };
 
   auto parsed = ParseApiRequest(kind, req.body);
@@ -464,8 +529,8 @@ http::Awaitable<void> Router::Proxy(int kind_int, http::Request& req, http::Resp
   const auto tok_start = Clock::now();
   std::optional<std::vector<core::TokenId>> tokens = std::move(api.prompt_tokens);
   if (!tokens && encoder_) {
-    if (kind == ApiKind::kCompletions && api.body["prompt"].is_string()) {
-      tokens = tokenizer_->Encode(api.body["prompt"].get_ref<const std::string&>(), true);
+    if (kind == ApiKind::kCompletions && !api.prompt_text.empty()) {
+      tokens = tokenizer_->Encode(api.prompt_text, true);
     } else if (kind != ApiKind::kCompletions && template_ && api.image_keys.empty()) {
       // Render from the exact text the worker receives: object key order reaches the
       // prompt through tojson, and nlohmann::json would sort the keys.
@@ -543,17 +608,19 @@ http::Awaitable<void> Router::Proxy(int kind_int, http::Request& req, http::Resp
                       owner->targets.begin());
       }
       tried.push_back(worker_id);
-      spdlog::info("{}", core::FormatPickLog(*pick));
-      const std::string role = Label("role", core::RoleName(pick->role));
-      picks_total_.Add(role + "," + Label("worker_id", pick->picked_name));
+      if (spdlog::should_log(spdlog::level::info)) spdlog::info("{}", core::FormatPickLog(*pick));
+      const std::string& role = RoleLabel(pick->role);
+      picks_total_.Add(owner->pick_labels[static_cast<size_t>(pick->role)][static_cast<size_t>(
+          std::find(owner->targets.begin(), owner->targets.end(), pick->picked) -
+          owner->targets.begin())]);
       pick_cache_hits_.Observe(role, pick->cache_hits);
       pick_request_blocks_.Observe(role, pick->request_blocks);
       held = std::make_unique<HeldPick>(this, std::move(pick->guard));
       if (attempt == 0) {
-        overhead_.Observe(Label("stage", "parse"), parse_s);
-        overhead_.Observe(Label("stage", "render_tokenize"), tokenize_s);
-        overhead_.Observe(Label("stage", "hash_match"), SecondsSince(pick_start));
-        overhead_.Observe(Label("stage", "total"), SecondsSince(start));
+        overhead_.Observe(kStageParse, parse_s);
+        overhead_.Observe(kStageRenderTokenize, tokenize_s);
+        overhead_.Observe(kStageHashMatch, SecondsSince(pick_start));
+        overhead_.Observe(kStageTotal, SecondsSince(start));
       }
     }
     if (attempt > 0) failovers_total_.Add(Label("worker_id", worker_id));

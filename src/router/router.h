@@ -87,7 +87,10 @@ class Router {
   struct ProxyState;
 
   http::Awaitable<void> Handle(http::Request& req, http::ResponseWriter& w);
-  http::Awaitable<void> Proxy(int kind, http::Request& req, http::ResponseWriter& w);
+  http::Awaitable<void> Proxy(int kind, http::Request& req, http::ResponseWriter& w,
+                              std::string request_id);
+  static const std::string& RoleLabel(core::Role role);
+  const std::string& DurationLabels(const std::string& outcome);
   http::Awaitable<void> SendJson(http::ResponseWriter& w, int status, const std::string& body,
                                  const std::string& request_id);
   http::Awaitable<void> SendError(http::ResponseWriter& w, int kind, int status,
@@ -116,6 +119,7 @@ class Router {
   std::unique_ptr<core::Selector> selector_;
   std::vector<std::unique_ptr<Worker>> workers_;
 
+  std::vector<std::string> duration_labels_;  // per outcome (kOutcomes in router.cc)
   std::atomic<uint64_t> request_seq_{0};
   uint64_t request_id_salt_ = 0;
   std::atomic<int64_t> inflight_{0};
