@@ -44,6 +44,10 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--event-delay-ms", f.event_delay_ms, "KV event delivery delay (virtual ms)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--release-load-at", f.release_load_at,
+                 "experiment: release a request's active blocks at its first token "
+                 "(first-token) instead of its last (finish, what the router does)")
+      ->check(CLI::IsMember({"finish", "first-token"}));
   app.add_option("--json", f.json_path, "write the JSON report here");
   app.add_option("--svg-dir", f.svg_dir, "write ttft_cdf.svg and load.svg here");
   app.add_option("--jobs", f.jobs, "simulations run in parallel")->check(CLI::Range(1, 64));
@@ -91,6 +95,7 @@ int RunOffline(const OfflineFlags& flags) {
     config.engines = flags.engines;
     config.engine = flags.engine;
     config.event_delay_ns = static_cast<int64_t>(flags.event_delay_ms * 1e6);
+    config.release_load_at_first_token = flags.release_load_at == "first-token";
     config.policy.policy = *core::ParsePolicy(spec.name);
     config.policy.overlap_weight = spec.overlap_weight;
     config.policy.recent_decay = flags.recent_decay;

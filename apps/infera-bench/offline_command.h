@@ -20,6 +20,7 @@ struct OfflineFlags {
   std::string policies = "kv-aware,round-robin,random,least-load";
   double recent_decay = 0.97;
   double event_delay_ms = 0;
+  std::string release_load_at = "finish";
   std::string json_path;
   std::string svg_dir;
   size_t jobs = 2;

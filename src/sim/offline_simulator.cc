@@ -112,6 +112,7 @@ class Simulation {
       if (o.index == 0) {
         r.first_token_ns = t;
         r.cached_tokens = o.cached_tokens;
+        if (config_.release_load_at_first_token) guards_[o.request_id].Release();
       }
       r.output_tokens = o.index + 1;
       if (o.finished) {

@@ -36,6 +36,10 @@ struct OfflineConfig {
   EngineConfig engine;
   core::PolicyConfig policy;
   int64_t event_delay_ns = 0;
+  // Experiment only: release a request's active blocks (its pick guard) at its first
+  // token instead of its last. The router releases at the end of the response, so
+  // false is the setting that matches it; true measures a prefill-only load term.
+  bool release_load_at_first_token = false;
   // Load samples (requests per engine) are taken this often; 0 = about 400 samples.
   int64_t sample_interval_ns = 0;
 };

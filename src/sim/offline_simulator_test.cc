@@ -71,6 +71,32 @@ TEST(OfflineSimulatorTest, RouterViewMatchesEngineCachesAfterEvictions) {
   }
 }
 
+TEST(OfflineSimulatorTest, ReleaseLoadAtFirstTokenFreesADecodingEngine) {
+  // r0 decodes for seconds; r1 arrives while it does. Least-load sends r1 away from
+  // r0's engine while r0's blocks count as load (the router's rule, released at the
+  // last token), and onto it (the tie goes to engine 0) when they stop counting at
+  // r0's first token.
+  Workload w;
+  w.requests.resize(2);
+  w.requests[0].segments = {{1, 64}};
+  w.requests[0].prompt_tokens = 64;
+  w.requests[0].output_tokens = 500;
+  w.requests[1].arrival_ns = 1'000'000'000;
+  w.requests[1].segments = {{2, 64}};
+  w.requests[1].prompt_tokens = 64;
+  w.requests[1].output_tokens = 4;
+  OfflineConfig c = Config(core::Policy::kLeastLoad, 2, 4096);
+  OfflineResult at_finish = RunOffline(w, c);
+  ASSERT_GT(at_finish.requests[0].finish_ns, w.requests[1].arrival_ns);
+  EXPECT_EQ(at_finish.requests[0].engine, 0u);
+  EXPECT_EQ(at_finish.requests[1].engine, 1u);
+  c.release_load_at_first_token = true;
+  OfflineResult at_first = RunOffline(w, c);
+  EXPECT_EQ(at_first.requests[0].engine, 0u);
+  EXPECT_EQ(at_first.requests[1].engine, 0u);
+  EXPECT_EQ(at_first.requests[1].output_tokens, 4u);
+}
+
 TEST(OfflineSimulatorTest, DeterministicForAGivenSeed) {
   Workload w = Shared();
   OfflineConfig c = Config(core::Policy::kRandom, 4, 4096);

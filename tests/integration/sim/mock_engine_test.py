@@ -6,7 +6,6 @@ bounded waits. Usage: mock_engine_test.py BUILD_DIR [router]
 """
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.request
@@ -14,63 +13,20 @@ import urllib.request
 import msgpack
 import zmq
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sim_harness import Processes, check, http, poll, start_engine as harness_start_engine  # noqa: E402
+from sim_harness import start_router, worker_flag  # noqa: E402
+
 BUILD = sys.argv[1]
 ENGINE = os.path.join(BUILD, "apps/infera-mock-engine/infera-mock-engine")
 ROUTER = os.path.join(BUILD, "apps/infera-router/infera-router")
-PROCS = []
-
-
-def start(cmd, ready_regex_prefix):
-    log = open(os.devnull, "w")
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    PROCS.append(p)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        line = p.stdout.readline()
-        if not line:
-            if p.poll() is not None:
-                raise RuntimeError(f"{cmd[0]} exited with {p.returncode}")
-            continue
-        if ready_regex_prefix in line:
-            return p, line.strip()
-    raise RuntimeError(f"{cmd[0]} did not become ready")
+PROCS = Processes()
 
 
 def start_engine(*extra):
-    p, line = start([ENGINE, "--host", "127.0.0.1", "--port", "0", "--model-name", "mock-model",
-                     "--num-gpu-blocks", "256", "--speedup", "50",
-                     "--kv-events-endpoint", "tcp://127.0.0.1:0",
-                     "--kv-replay-endpoint", "tcp://127.0.0.1:0", *extra],
-                    "infera-mock-engine listening")
-    fields = dict(kv.split("=", 1) for kv in line.split()[2:])
-    return p, fields
-
-
-def http(method, url, body=None, timeout=30):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode(), dict(r.headers)
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode(), dict(e.headers)
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-    print("ok:", what)
-
-
-def poll(fn, what, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if fn():
-            check(True, what)
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out: " + what)
+    p, fields = harness_start_engine(PROCS, ENGINE, f"engine{len(PROCS.procs)}",
+                                     "--num-gpu-blocks", "256", "--speedup", "50", *extra)
+    return p.p, fields
 
 
 def test_engine():
@@ -157,16 +113,8 @@ def test_faults():
 def test_router_view(drop):
     extra = ["--drop-event-fraction", "0.3"] if drop else []
     _, f = start_engine(*extra)
-    port = f["port"]
-    wid = f"127.0.0.1:{port}"
-    worker = (f"http://{wid},worker_id={wid},model_name=mock-model,"
-              f"kv_events_endpoint={f['events']},kv_replay_endpoint={f['replay']},kv_block_size=16")
-    _, line = start([ROUTER, "--host", "127.0.0.1", "--port", "0", "--router-policy", "kv-aware",
-                     "--kv-events-topic", "kv-events", "--worker", worker],
-                    "infera-router listening on")
-    rport = line.rsplit(":", 1)[1].split()[0]
-    rbase = f"http://127.0.0.1:{rport}"
-    time.sleep(0.5)
+    wid = f"127.0.0.1:{f['port']}"
+    _, rbase = start_router(PROCS, ROUTER, [worker_flag(f)], "--router-policy", "kv-aware")
     for g in range(12):
         prompt = [1000 * g + i for i in range(1, 300)]
         status, _, _ = http("POST", rbase + "/v1/completions",
@@ -182,21 +130,12 @@ def test_router_view(drop):
 
 
 def main():
-    try:
+    with PROCS:
         test_engine()
         test_faults()
         if len(sys.argv) > 2 and sys.argv[2] == "router" and os.path.exists(ROUTER):
             test_router_view(drop=False)
             test_router_view(drop=True)
-    finally:
-        for p in PROCS:
-            if p.poll() is None:
-                p.terminate()
-        for p in PROCS:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
     print("all passed")
 
 

@@ -1,0 +1,132 @@
+#!/usr/bin/python3
+"""Offline and online agree (issue 6): the same Mooncake slice, both ways.
+
+1. `infera-bench offline` simulates ENGINES engines and the kv-aware selector on
+   the first LIMIT requests of the conversation trace.
+2. ENGINES real `infera-mock-engine` processes with the same engine model flags,
+   the real `infera-router` (kv-aware, same overlap weight and recent decay, static
+   --worker list, ZMQ KV events with replay), and `infera-bench online` replaying
+   the same slice at the same time scale through the router.
+   Then the same with a round-robin router (engines' caches reset in between).
+3. Asserts every online request succeeded, the engines evicted blocks, and for each
+   policy the offline and online prefix hit rates are within TOLERANCE (absolute,
+   hit rates as fractions). The two policies differ offline by more than TOLERANCE
+   at this cache size, so agreement is not a given.
+
+The engine model runs `--speedup` times faster than the §14 timing model and the
+trace `--time-scale` compresses arrivals by the same factor, so the online run
+sees the same load per engine as the offline one in 1/SPEEDUP of the wall time.
+BLOCKS per engine: the slice's 7.1 M prompt tokens (445k blocks) overflow the pooled
+262k blocks, and each engine's 65k blocks hold only a quarter of the working set, so
+round-robin loses half the pooled bound to eviction while kv-aware keeps ~97 %.
+
+Usage: online_offline_test.py BUILD_DIR TRACE [--keep-logs]
+"""
+import json
+import os
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sim_harness import Processes, check, http, start_engine, start_router, worker_flag  # noqa: E402
+
+ENGINES = 4
+BLOCKS = 65536       # per engine (see above; the longest request needs 7,620)
+BLOCK_SIZE = 16
+LIMIT = 500          # requests of the trace (165 s of trace time)
+SPEEDUP = 10         # engine model speedup ...
+TIME_SCALE = 0.1     # ... and arrival compression: same load, 16.5 s of arrivals
+MAX_OUTPUT = 64      # cap output lengths (fewer SSE chunks on a 2-core machine)
+WEIGHT = 16          # kv-aware overlap weight (doc/results-sim.md)
+EVENT_DELAY_MS = 2   # offline: about the live ZMQ + ingestion delay
+TOLERANCE = 0.05
+
+
+def metric(base, name):
+    status, body, _ = http("GET", base + "/metrics")
+    m = re.search(r"^" + re.escape(name) + r" (\S+)$", body, re.M)
+    return float(m.group(1)) if status == 200 and m else None
+
+
+def main():
+    build, trace = sys.argv[1], sys.argv[2]
+    keep_logs = "--keep-logs" in sys.argv[3:]
+    bench = os.path.join(build, "apps/infera-bench/infera-bench")
+    engine_bin = os.path.join(build, "apps/infera-mock-engine/infera-mock-engine")
+    router_bin = os.path.join(build, "apps/infera-router/infera-router")
+    workload = ["--trace", trace, "--limit", str(LIMIT), "--time-scale", str(TIME_SCALE),
+                "--max-output-tokens", str(MAX_OUTPUT)]
+    engine_model = ["--block-size", str(BLOCK_SIZE), "--num-gpu-blocks", str(BLOCKS),
+                    "--speedup", str(SPEEDUP)]
+    kv = f"kv-aware:{WEIGHT}"
+
+    with Processes(keep_logs=keep_logs) as procs:
+        if keep_logs:
+            print("logs in", procs.dir, flush=True)
+        off_json = os.path.join(procs.dir, "offline.json")
+        t0 = time.time()
+        rc, out = procs.run("bench-offline",
+                            [bench, "offline", *workload, *engine_model,
+                             "--engines", str(ENGINES), "--policies", f"{kv},round-robin",
+                             "--event-delay-ms", str(EVENT_DELAY_MS), "--jobs", "1",
+                             "--json", off_json], timeout=60)
+        print(out, flush=True)
+        check(rc == 0, f"infera-bench offline succeeded ({time.time() - t0:.1f} s)")
+        offline = json.load(open(off_json))
+
+        engines = [start_engine(procs, engine_bin, f"engine{i}", *engine_model)[1]
+                   for i in range(ENGINES)]
+        workers = [worker_flag(f) for f in engines]
+        _, kv_router = start_router(procs, router_bin, workers, "--router-policy", "kv-aware",
+                                    "--kv-overlap-weight", str(WEIGHT), name="router-kv")
+        _, rr_router = start_router(procs, router_bin, workers, "--router-policy", "round-robin",
+                                    name="router-rr")
+
+        on_json = os.path.join(procs.dir, "online.json")
+        resets = []
+        for f in engines:
+            resets += ["--reset-engine", f"http://127.0.0.1:{f['port']}"]
+        t0 = time.time()
+        rc, out = procs.run("bench-online",
+                            [bench, "online", *workload, "--router", f"{kv}={kv_router}",
+                             "--router", f"round-robin={rr_router}", *resets,
+                             "--engines", str(ENGINES), "--num-gpu-blocks", str(BLOCKS),
+                             "--block-size", str(BLOCK_SIZE), "--model", "mock-model",
+                             "--timeout-s", "60", "--json", on_json], timeout=200)
+        print(out, flush=True)
+        check(rc == 0, f"infera-bench online succeeded ({time.time() - t0:.1f} s)")
+        online = json.load(open(on_json))
+
+        check(offline["requests"] == LIMIT and online["requests"] == LIMIT,
+              f"both replay {LIMIT} requests")
+        check(abs(offline["bound_hit_rate"] - online["bound_hit_rate"]) < 1e-9,
+              "both sides replay the same workload (same pooled bound)")
+        check(offline["bound_hit_rate"] < offline["infinite_hit_rate"],
+              "the pooled cache is smaller than the working set")
+        removed = metric(kv_router, "infera_kv_events_blocks_removed_total")
+        check(removed is not None and removed > 0,
+              f"the engines evicted blocks ({removed:.0f} BlockRemoved seen by the router)")
+        off = {r["policy"]: r for r in offline["results"]}
+        on = {r["policy"]: r for r in online["results"]}
+        check(off["kv-aware"]["hit_rate"] - off["round-robin"]["hit_rate"] > TOLERANCE,
+              "offline, kv-aware and round-robin differ by more than the tolerance")
+        for policy in ("kv-aware", "round-robin"):
+            a, b = off[policy], on[policy]
+            print(f"{policy}: hit rate offline {a['hit_rate']:.4f} online {b['hit_rate']:.4f}; "
+                  f"TTFT mean offline {a['ttft_ms']['mean']:.1f} ms online "
+                  f"{b['ttft_ms']['mean']:.1f} ms", flush=True)
+            check(a["completed"] == LIMIT and a["failed"] == 0,
+                  f"{policy} offline: every request completed")
+            check(b["completed"] == LIMIT and b["failed"] == 0,
+                  f"{policy} online: every request succeeded")
+            check(abs(a["hit_rate"] - b["hit_rate"]) <= TOLERANCE,
+                  f"{policy}: hit rates within {TOLERANCE * 100:.0f} points "
+                  f"({a['hit_rate'] * 100:.1f} % offline, {b['hit_rate'] * 100:.1f} % online)")
+        check(on["kv-aware"]["hit_rate"] > on["round-robin"]["hit_rate"],
+              "online, kv-aware beats round-robin")
+    print("all passed")
+
+
+if __name__ == "__main__":
+    main()

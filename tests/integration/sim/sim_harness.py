@@ -1,0 +1,186 @@
+"""Process and HTTP helpers shared by the sim integration tests.
+
+Contract: every child started through `Processes` writes its merged stdout/stderr
+to a log file in a private temporary directory (never an unread pipe, so a chatty
+router cannot block on a full pipe), dies with the test process (PR_SET_PDEATHSIG,
+so a ctest timeout that kills the test leaves nothing behind), and is terminated
+(then killed) by `Processes.stop_all()` — call it from a `finally`, or use
+`with Processes() as procs:`. Waits are bounded polls, never fixed sleeps.
+Thread-safety: none; use from the test's main thread.
+"""
+import ctypes
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def check(cond, what):
+    """Raises AssertionError(what) unless cond; prints 'ok: what' otherwise."""
+    if not cond:
+        raise AssertionError(what)
+    print("ok:", what, flush=True)
+
+
+def poll(fn, what, timeout=20, interval=0.05):
+    """Calls fn until it returns a truthy value (returned) or `timeout` s pass (raises)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = fn()
+        if v:
+            print("ok:", what, flush=True)
+            return v
+        time.sleep(interval)
+    raise AssertionError("timed out: " + what)
+
+
+def http(method, url, body=None, timeout=30):
+    """One JSON request; returns (status, body text, headers). Connection errors raise."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), dict(e.headers)
+
+
+class Proc:
+    """A started child: `p` (Popen), `name`, `log` (path of its output)."""
+
+    def __init__(self, p, name, log):
+        self.p, self.name, self.log = p, name, log
+
+    def output(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def tail(self, lines=30):
+        return "\n".join(self.output().splitlines()[-lines:])
+
+    def wait_line(self, pattern, timeout=30):
+        """Returns the re.Match of the first output line matching `pattern`."""
+        rx = re.compile(pattern)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for line in self.output().splitlines():
+                m = rx.search(line)
+                if m:
+                    return m
+            if self.p.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.p.returncode}:\n{self.tail()}")
+            time.sleep(0.02)
+        raise RuntimeError(f"{self.name}: no line matching {pattern!r}:\n{self.tail()}")
+
+
+class Processes:
+    """Owns the children of one test run (and their log directory)."""
+
+    def __init__(self, keep_logs=False):
+        self.dir = tempfile.mkdtemp(prefix="infera-sim-test-")
+        self.procs = []
+        self.keep_logs = keep_logs
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.dump_tails()
+        self.stop_all()
+        return False
+
+    def start(self, name, argv):
+        log = os.path.join(self.dir, f"{name}.log")
+        out = open(log, "w")
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             preexec_fn=_die_with_parent)
+        out.close()
+        proc = Proc(p, name, log)
+        self.procs.append(proc)
+        return proc
+
+    def run(self, name, argv, timeout):
+        """Runs argv to completion (bounded); returns (returncode, output)."""
+        proc = self.start(name, argv)
+        try:
+            proc.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.p.kill()
+            proc.p.wait()
+            raise AssertionError(f"{name} did not finish in {timeout} s:\n{proc.tail()}")
+        return proc.p.returncode, proc.output()
+
+    def dump_tails(self):
+        for proc in self.procs:
+            print(f"--- {proc.name} (exit {proc.p.poll()}) last lines:\n{proc.tail()}", flush=True)
+
+    def stop_all(self):
+        for proc in self.procs:
+            if proc.p.poll() is None:
+                proc.p.terminate()
+        for proc in self.procs:
+            try:
+                proc.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.p.kill()
+                proc.p.wait()
+        self.procs = []
+        if not self.keep_logs:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def start_engine(procs, engine_bin, name, *extra):
+    """Starts infera-mock-engine on OS-picked ports (HTTP, events, replay).
+
+    Returns (Proc, fields) with fields = {"port", "events", "replay"} from its
+    'infera-mock-engine listening port=P events=E replay=R' line.
+    """
+    proc = procs.start(name, [engine_bin, "--host", "127.0.0.1", "--port", "0",
+                              "--model-name", "mock-model",
+                              "--kv-events-endpoint", "tcp://127.0.0.1:0",
+                              "--kv-replay-endpoint", "tcp://127.0.0.1:0", *extra])
+    line = proc.wait_line(r"infera-mock-engine listening .*").group(0)
+    fields = dict(kv.split("=", 1) for kv in line.split()[2:] if "=" in kv)
+    return proc, fields
+
+
+def worker_flag(fields, model="mock-model", block_size=16):
+    """The router's --worker value for an engine started by start_engine."""
+    wid = f"127.0.0.1:{fields['port']}"
+    return (f"http://{wid},worker_id={wid},model_name={model},"
+            f"kv_events_endpoint={fields['events']},kv_replay_endpoint={fields['replay']},"
+            f"kv_block_size={block_size}")
+
+
+def start_router(procs, router_bin, workers, *extra, name="router"):
+    """Starts infera-router on an OS-picked port with static --worker flags.
+
+    Returns (Proc, base_url) once it listens and lists every worker on /v1/workers.
+    """
+    argv = [router_bin, "--host", "127.0.0.1", "--port", "0", "--kv-events-topic", "kv-events"]
+    for w in workers:
+        argv += ["--worker", w]
+    proc = procs.start(name, argv + list(extra))
+    port = proc.wait_line(r"infera-router listening on \S*:(\d+)").group(1)
+    base = f"http://127.0.0.1:{port}"
+
+    def all_listed():
+        status, body, _ = http("GET", base + "/v1/workers")
+        return status == 200 and len(json.loads(body)["workers"]) == len(workers)
+    poll(all_listed, f"router lists its {len(workers)} workers")
+    return proc, base
