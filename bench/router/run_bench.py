@@ -34,6 +34,7 @@ ap.add_argument("--router-threads", type=int, default=2)
 ap.add_argument("--prompt-chars", type=int, default=200)
 ap.add_argument("--workload", choices=["short", "chat8k-cold", "chat8k-warm"], default="short")
 ap.add_argument("--tokenizer", default="")
+ap.add_argument("--verbose", action="store_true", help="print each wrk run's output")
 ap.add_argument("--targets", default="direct,rr,kv,nginx",
                 help="comma list of direct, rr, kv, nginx (direct and nginx are the baselines)")
 args = ap.parse_args()
@@ -139,6 +140,8 @@ def wrk(port, conns, duration, lua, pids=()):
         v = float(m.group(1))
         return v * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)]
     t1 = cpu_ticks(pids)
+    if args.verbose:
+        print(f"--- wrk -c{conns} port {port}\n{out}", file=sys.stderr)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     n = int(re.search(r"(\d+) requests in", out).group(1))
     cpu_us = (t1 - t0) * 1e6 / os.sysconf("SC_CLK_TCK") / max(n, 1)
