@@ -51,6 +51,4 @@ struct ApiRequest {
 // Parses `body` for `kind`. REQUIRES: nothing; any input is handled.
 absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body);
 
-
-
 }  // namespace infera::router

@@ -80,15 +80,15 @@ void Histogram::Render(std::string& out, std::string_view name, std::string_view
   out += std::string(name) + "_count" + Join(labels, "") + " " + std::to_string(cumulative) + "\n";
 }
 
+Histogram* HistogramFamily::Series(const std::string& labels) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = series_[labels];
+  if (!slot) slot = std::make_unique<Histogram>(bounds_);
+  return slot.get();
+}
+
 void HistogramFamily::Observe(const std::string& labels, double value) {
-  Histogram* h;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& slot = series_[labels];
-    if (!slot) slot = std::make_unique<Histogram>(bounds_);
-    h = slot.get();
-  }
-  h->Observe(value);
+  Series(labels)->Observe(value);
 }
 
 void HistogramFamily::Render(std::string& out) const {
@@ -97,22 +97,29 @@ void HistogramFamily::Render(std::string& out) const {
   for (const auto& [labels, h] : series_) h->Render(out, name_, labels);
 }
 
-void CounterFamily::Add(const std::string& labels, uint64_t delta) {
+std::atomic<uint64_t>* CounterFamily::Series(const std::string& labels) {
   std::lock_guard<std::mutex> lock(mu_);
-  series_[labels] += delta;
+  auto& slot = series_[labels];
+  if (!slot) slot = std::make_unique<std::atomic<uint64_t>>(0);
+  return slot.get();
+}
+
+void CounterFamily::Add(const std::string& labels, uint64_t delta) {
+  Series(labels)->fetch_add(delta, std::memory_order_relaxed);
 }
 
 uint64_t CounterFamily::Get(const std::string& labels) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = series_.find(labels);
-  return it == series_.end() ? 0 : it->second;
+  return it == series_.end() ? 0 : it->second->load(std::memory_order_relaxed);
 }
 
 void CounterFamily::Render(std::string& out) const {
   RenderHeader(out, name_, "counter", help_);
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [labels, v] : series_) {
-    out += name_ + Join(labels, "") + " " + std::to_string(v) + "\n";
+    out +=
+        name_ + Join(labels, "") + " " + std::to_string(v->load(std::memory_order_relaxed)) + "\n";
   }
 }
 

@@ -39,6 +39,9 @@ class HistogramFamily {
       : name_(std::move(name)), help_(std::move(help)), bounds_(std::move(bounds)) {}
   // `labels` is the rendered label set, e.g. `role="mixed"`.
   void Observe(const std::string& labels, double value);
+  // The series for `labels`, created if missing; the pointer stays valid for the
+  // family's lifetime (hot paths keep it instead of looking the labels up).
+  Histogram* Series(const std::string& labels);
   void Render(std::string& out) const;
 
  private:
@@ -54,13 +57,15 @@ class CounterFamily {
   CounterFamily(std::string name, std::string help)
       : name_(std::move(name)), help_(std::move(help)) {}
   void Add(const std::string& labels, uint64_t delta = 1);
+  // The counter for `labels`, created if missing; valid for the family's lifetime.
+  std::atomic<uint64_t>* Series(const std::string& labels);
   uint64_t Get(const std::string& labels) const;
   void Render(std::string& out) const;
 
  private:
   std::string name_, help_;
   mutable std::mutex mu_;
-  std::map<std::string, uint64_t> series_;
+  std::map<std::string, std::unique_ptr<std::atomic<uint64_t>>> series_;
 };
 
 // Escapes a label value (backslash, quote, newline).

@@ -109,8 +109,8 @@ struct Router::Worker {
   http::Endpoint endpoint;
   std::vector<core::TargetId> targets;  // one per dp rank, in rank order
   CircuitBreaker breaker;
-  // `role="...",worker_id="..."` per role and rank (the picks counter's labels).
-  std::vector<std::string> pick_labels[3];
+  // The picks counter per role and rank (`role="...",worker_id="..."`).
+  std::vector<std::atomic<uint64_t>*> picks[3];
 };
 
 // Owns a pick's active-blocks guard; releases it (under the pick mutex) exactly once.
@@ -140,8 +140,17 @@ Router::Router(RouterOptions options) : options_(std::move(options)) {
   const core::KvIndex& index = *ingestor_->WithIndex([](const core::KvIndex& i) { return &i; });
   selector_ = std::make_unique<core::Selector>(options_.policy, index);
   for (const char* outcome : kOutcomes) {
-    duration_labels_.push_back(Label("router", core::PolicyName(options_.policy.policy)) + "," +
-                               Label("outcome", outcome));
+    duration_by_outcome_.push_back(
+        request_duration_.Series(Label("router", core::PolicyName(options_.policy.policy)) + "," +
+                                 Label("outcome", outcome)));
+  }
+  stage_parse_ = overhead_.Series(kStageParse);
+  stage_render_tokenize_ = overhead_.Series(kStageRenderTokenize);
+  stage_hash_match_ = overhead_.Series(kStageHashMatch);
+  stage_total_ = overhead_.Series(kStageTotal);
+  for (int role = 0; role < 3; ++role) {
+    pick_cache_hits_by_role_[role] = pick_cache_hits_.Series(RoleLabel(core::Role(role)));
+    pick_request_blocks_by_role_[role] = pick_request_blocks_.Series(RoleLabel(core::Role(role)));
   }
   std::random_device rd;
   request_id_salt_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
@@ -226,8 +235,8 @@ void Router::AddWorker(const discovery::WorkerRecord& record) {
     t.topic = options_.kv_events_topic;
     w->targets.push_back(ingestor_->AddTarget(t));
     for (int role = 0; role < 3; ++role) {
-      w->pick_labels[role].push_back(RoleLabel(core::Role(role)) + "," +
-                                     Label("worker_id", t.key.ToString()));
+      w->picks[role].push_back(picks_total_.Series(RoleLabel(core::Role(role)) + "," +
+                                                   Label("worker_id", t.key.ToString())));
     }
   }
   spdlog::info("worker added: {} url={} model={} mode={} ranks={}", record.worker_id, record.url,
@@ -275,14 +284,12 @@ const std::string& Router::RoleLabel(core::Role role) {
   return labels[static_cast<size_t>(role) % 3];
 }
 
-const std::string& Router::DurationLabels(const std::string& outcome) {
+Histogram* Router::DurationSeries(const std::string& outcome) {
   for (size_t i = 0; i < std::size(kOutcomes); ++i) {
-    if (outcome == kOutcomes[i]) return duration_labels_[i];
+    if (outcome == kOutcomes[i]) return duration_by_outcome_[i];
   }
-  thread_local std::string other;
-  other =
-      Label("router", core::PolicyName(options_.policy.policy)) + "," + Label("outcome", outcome);
-  return other;
+  return request_duration_.Series(Label("router", core::PolicyName(options_.policy.policy)) + "," +
+                                  Label("outcome", outcome));
 }
 
 std::string Router::NewRequestId() {
@@ -499,7 +506,7 @@ http::Awaitable<void> Router::Proxy(int kind_int, http::Request& req, http::Resp
   auto finish = [&] {
     inflight_.fetch_sub(1);
     requests_total_.Add(RequestLabels(kind, final_status));
-    request_duration_.Observe(DurationLabels(outcome), SecondsSince(start));
+    DurationSeries(outcome)->Observe(SecondsSince(start));
   };
 
   auto parsed = ParseApiRequest(kind, req.body);
@@ -609,18 +616,21 @@ http::Awaitable<void> Router::Proxy(int kind_int, http::Request& req, http::Resp
       }
       tried.push_back(worker_id);
       if (spdlog::should_log(spdlog::level::info)) spdlog::info("{}", core::FormatPickLog(*pick));
-      const std::string& role = RoleLabel(pick->role);
-      picks_total_.Add(owner->pick_labels[static_cast<size_t>(pick->role)][static_cast<size_t>(
-          std::find(owner->targets.begin(), owner->targets.end(), pick->picked) -
-          owner->targets.begin())]);
-      pick_cache_hits_.Observe(role, pick->cache_hits);
-      pick_request_blocks_.Observe(role, pick->request_blocks);
+      const size_t role = static_cast<size_t>(pick->role) % 3;
+      owner
+          ->picks[role][static_cast<size_t>(
+              std::find(owner->targets.begin(), owner->targets.end(), pick->picked) -
+              owner->targets.begin())]
+          ->fetch_add(1, std::memory_order_relaxed);
+      pick_cache_hits_by_role_[role]->Observe(pick->cache_hits);
+      pick_request_blocks_by_role_[role]->Observe(pick->request_blocks);
       held = std::make_unique<HeldPick>(this, std::move(pick->guard));
       if (attempt == 0) {
-        overhead_.Observe(kStageParse, parse_s);
-        overhead_.Observe(kStageRenderTokenize, tokenize_s);
-        overhead_.Observe(kStageHashMatch, SecondsSince(pick_start));
-        overhead_.Observe(kStageTotal, SecondsSince(start));
+        const auto now_tp = Clock::now();
+        stage_parse_->Observe(parse_s);
+        stage_render_tokenize_->Observe(tokenize_s);
+        stage_hash_match_->Observe(std::chrono::duration<double>(now_tp - pick_start).count());
+        stage_total_->Observe(std::chrono::duration<double>(now_tp - start).count());
       }
     }
     if (attempt > 0) failovers_total_.Add(Label("worker_id", worker_id));

@@ -90,7 +90,7 @@ class Router {
   http::Awaitable<void> Proxy(int kind, http::Request& req, http::ResponseWriter& w,
                               std::string request_id);
   static const std::string& RoleLabel(core::Role role);
-  const std::string& DurationLabels(const std::string& outcome);
+  Histogram* DurationSeries(const std::string& outcome);
   http::Awaitable<void> SendJson(http::ResponseWriter& w, int status, const std::string& body,
                                  const std::string& request_id);
   http::Awaitable<void> SendError(http::ResponseWriter& w, int kind, int status,
@@ -119,7 +119,6 @@ class Router {
   std::unique_ptr<core::Selector> selector_;
   std::vector<std::unique_ptr<Worker>> workers_;
 
-  std::vector<std::string> duration_labels_;  // per outcome (kOutcomes in router.cc)
   std::atomic<uint64_t> request_seq_{0};
   uint64_t request_id_salt_ = 0;
   std::atomic<int64_t> inflight_{0};
@@ -147,6 +146,15 @@ class Router {
       "Router time before proxying, by stage (parse, render_tokenize, "
       "hash_match, total).",
       {1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2, 0.1}};
+
+  // Series of the families above that every request touches, looked up once.
+  std::vector<Histogram*> duration_by_outcome_;  // per outcome (kOutcomes in router.cc)
+  Histogram* stage_parse_ = nullptr;
+  Histogram* stage_render_tokenize_ = nullptr;
+  Histogram* stage_hash_match_ = nullptr;
+  Histogram* stage_total_ = nullptr;
+  Histogram* pick_cache_hits_by_role_[3] = {};
+  Histogram* pick_request_blocks_by_role_[3] = {};
 };
 
 }  // namespace infera::router
