@@ -31,6 +31,9 @@ class TokenizerImpl {
     if (unicode::ValidUtf8Prefix(text) != text.size()) return;
     added_->SafeBoundaries(text, out);
   }
+  size_t SafeBoundaryReach(std::string_view text, size_t q) const {
+    return added_->SafeBoundaryReach(text, q);
+  }
   std::optional<uint32_t> TokenToId(std::string_view token) const {
     if (auto id = added_->TokenToId(token)) return id;
     return model_->TokenToId(token);
@@ -220,6 +223,10 @@ std::vector<size_t> Tokenizer::SafeBoundaries(std::string_view text) const {
   std::vector<size_t> out;
   impl_->SafeBoundaries(text, &out);
   return out;
+}
+
+size_t Tokenizer::SafeBoundaryReach(std::string_view text, size_t q) const {
+  return impl_->SafeBoundaryReach(text, q);
 }
 
 std::optional<uint32_t> Tokenizer::TokenToId(std::string_view token) const {
