@@ -103,6 +103,43 @@ void BM_RenderAndTokenize(benchmark::State& state, const char* model) {
   }
   state.counters["prompt_tokens"] = static_cast<double>(tokens);
 }
+// Encode of the rendered chat alone (no prefix cache; the word cache is warm after the
+// first iteration, as in a running router): the tokenizer half of the cold path.
+void BM_Tokenize(benchmark::State& state, const char* model) {
+  std::string dir = std::string(kFixtures) + "/tokenizer-" + model + "/models";
+  absl::StatusOr<infera::chat::ChatTemplate> chat = infera::chat::ChatTemplate::Load(dir);
+  absl::StatusOr<infera::tokenizer::Tokenizer*> tokenizer = LoadTokenizer(dir);
+  if (!chat.ok() || !tokenizer.ok()) {
+    state.SkipWithError("fixtures missing");
+    return;
+  }
+  std::string prompt = *chat->Render(nlohmann::ordered_json::parse(ChatBody()));
+  for (auto _ : state) {
+    std::vector<uint32_t> ids = (*tokenizer)->Encode(prompt, /*add_special_tokens=*/false);
+    benchmark::DoNotOptimize(ids.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * prompt.size()));
+}
+BENCHMARK_CAPTURE(BM_Tokenize, qwen3, "qwen3")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Tokenize, llama3, "llama3")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Tokenize, gemma3, "gemma3")->Unit(benchmark::kMicrosecond);
+
+// Loading a tokenizer.json (9-33 MB), once per iteration: the router's start-up cost.
+void BM_LoadTokenizer(benchmark::State& state, const char* model) {
+  std::string dir = std::string(kFixtures) + "/tokenizer-" + model + "/models";
+  for (auto _ : state) {
+    auto t = infera::tokenizer::Tokenizer::Load(dir);
+    if (!t.ok()) {
+      state.SkipWithError(std::string(t.status().message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(t->get());
+  }
+}
+BENCHMARK_CAPTURE(BM_LoadTokenizer, qwen3, "qwen3")->Iterations(2)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LoadTokenizer, llama3, "llama3")->Iterations(2)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LoadTokenizer, gemma3, "gemma3")->Iterations(2)->Unit(benchmark::kMillisecond);
+
 // A model's template and tokenizer with the 8k-token chat and the previous request of
 // the same conversation (without its last assistant and user turns).
 struct WarmSetup {

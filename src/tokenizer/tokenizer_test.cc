@@ -234,6 +234,55 @@ TEST(TokenizerTest, BadFilesGiveClearErrors) {
               HasSubstr("too large"));
 }
 
+// model.vocab and model.merges are read by the streaming loader, not the JSON document:
+// malformed entries there give the same errors, and keys named "vocab"/"merges"
+// elsewhere are ordinary document values.
+TEST(TokenizerTest, StreamedVocabAndMergesReportBadEntries) {
+  auto message = [](const nlohmann::json& j) {
+    return std::string(Tokenizer::FromJson(j.dump()).status().message());
+  };
+  nlohmann::json j = testing::ByteLevelTokenizer();
+  j["model"]["vocab"]["zz"] = -1;
+  EXPECT_THAT(message(j), HasSubstr("bad id for token 'zz'"));
+  j["model"]["vocab"]["zz"] = 1.5;
+  EXPECT_THAT(message(j), HasSubstr("bad id for token 'zz'"));
+  j["model"]["vocab"]["zz"] = {{"nested", 1}};
+  EXPECT_THAT(message(j), HasSubstr("bad id for token 'zz'"));
+  j["model"]["vocab"]["zz"] = nlohmann::json::array({1});
+  EXPECT_THAT(message(j), HasSubstr("bad id for token 'zz'"));
+
+  for (nlohmann::json bad :
+       {nlohmann::json(1), nlohmann::json::array({"a"}), nlohmann::json::array({"a", "b", "c"}),
+        nlohmann::json::array({"a", 1}), nlohmann::json::object({{"a", "b"}}),
+        nlohmann::json::array({nlohmann::json::array({"a", "b"})})}) {
+    j = testing::ByteLevelTokenizer();
+    j["model"]["merges"].push_back(bad);
+    EXPECT_THAT(message(j), HasSubstr("merge must be")) << bad.dump();
+  }
+  j = testing::ByteLevelTokenizer();
+  j["model"]["merges"].push_back("nospace");
+  EXPECT_THAT(message(j), HasSubstr("bad merge 'nospace'"));
+
+  // Wrong container types stay document values and are rejected as before.
+  j = testing::ByteLevelTokenizer();
+  j["model"]["vocab"] = nlohmann::json::array();
+  EXPECT_THAT(message(j), HasSubstr("'vocab' object expected"));
+  j = testing::ByteLevelTokenizer();
+  j["model"]["merges"] = nlohmann::json::object();
+  EXPECT_THAT(message(j), HasSubstr("'merges' array"));
+
+  // "vocab"/"merges" keys outside model are untouched; the tokenizer still works.
+  j = testing::ByteLevelTokenizer();
+  j["extra"] = {{"vocab", {{"a", 1}}}, {"merges", nlohmann::json::array({"a b"})}};
+  j["model"]["extra"] = {{"vocab", {{"x", "y"}}}};
+  auto t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto reference = Tokenizer::FromJson(testing::ByteLevelTokenizer().dump());
+  ASSERT_TRUE(reference.ok());
+  EXPECT_EQ((*t)->Encode("hello world", false), (*reference)->Encode("hello world", false));
+  EXPECT_EQ((*t)->vocab_size(), (*reference)->vocab_size());
+}
+
 TEST(TokenizerTest, LoadFromDirectoryAndFile) {
   std::string dir = ::testing::TempDir() + "/tok_load_test";
   std::filesystem::create_directories(dir);
