@@ -507,9 +507,18 @@ Value Interpreter::Eval(const Expr& expr, const std::shared_ptr<Frame>& frame) {
     }
     case Expr::Type::kNot:
       return Value::Bool(!Eval(*expr.children[0], frame).Truthy());
-    case Expr::Type::kBinary:
-      return builtins::BinaryOp(*this, expr.name, Eval(*expr.children[0], frame),
-                                Eval(*expr.children[1], frame));
+    case Expr::Type::kBinary: {
+      // Left operand first, as Python evaluates.
+      Value left = Eval(*expr.children[0], frame);
+      Value right = Eval(*expr.children[1], frame);
+      // A chain a + b + c + ... of strings extends the left temporary instead of copying it
+      // at every step.
+      if (expr.name == "+" && left.IsString() && right.IsString()) {
+        CheckOutputSize(left.str().size() + right.str().size());
+        if (left.AppendIfUnique(right.str())) return left;
+      }
+      return builtins::BinaryOp(*this, expr.name, left, right);
+    }
     case Expr::Type::kAnd: {
       Value left = Eval(*expr.children[0], frame);
       if (!left.Truthy()) return left;

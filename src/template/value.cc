@@ -47,8 +47,15 @@ Value Value::Undefined(std::string name) {
 Value Value::String(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.payload_ = std::make_shared<const std::string>(std::move(s));
+  // Non-const object: AppendIfUnique may extend it while this value is its only owner.
+  v.payload_ = std::make_shared<std::string>(std::move(s));
   return v;
+}
+
+bool Value::AppendIfUnique(std::string_view tail) {
+  if (kind_ != Kind::kString || payload_ == nullptr || payload_.use_count() != 1) return false;
+  const_cast<std::string*>(static_cast<const std::string*>(payload_.get()))->append(tail);
+  return true;
 }
 
 Value Value::List(ValueList items, bool is_tuple) {

@@ -113,6 +113,11 @@ class Value {
   // The name an Undefined was looked up under (for error messages).
   const std::string& undefined_name() const { return str(); }
 
+  // Appends `tail` to this string in place when no other value shares its text (a
+  // temporary built by the render, e.g. the left side of a `+` chain); false otherwise
+  // (not a string, or shared), leaving the value unchanged.
+  bool AppendIfUnique(std::string_view tail);
+
   // Python truthiness; Undefined is false.
   bool Truthy() const;
   // Python type name for error messages ("str", "int", "dict", "NoneType", ...).
