@@ -1,8 +1,7 @@
 #include "tokenizer/bpe_model.h"
 
-#include <atomic>
-
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 
 #include "absl/hash/hash.h"
@@ -153,8 +152,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
     spelling.reserve(model["vocab"].size());
     for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
       if (!it.value().is_number_unsigned()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model: bad id for token '", it.key(), "'"));
+        return absl::InvalidArgumentError(absl::StrCat("model: bad id for token '", it.key(), "'"));
       }
       if (absl::Status st = add_token(it.key(), it.value().get<uint64_t>()); !st.ok()) return st;
     }
