@@ -47,6 +47,29 @@ TEST(TokenizerTest, IgnoreMergesUsesWholeWordToken) {
   EXPECT_THAT(ignoring->Encode(" whole", false), ElementsAre(271));
 }
 
+// The per-thread front of the word cache is shared by all models on a thread: entries
+// are tagged per model instance, so two models (with different results for the same
+// word) and a model replacing a destroyed one at the same address never see each
+// other's ids.
+TEST(TokenizerTest, WordCacheFrontKeepsModelsApart) {
+  nlohmann::json no_merges_json = testing::ByteLevelTokenizer();
+  no_merges_json["model"]["merges"] = nlohmann::json::array();
+  auto merging = Make(testing::ByteLevelTokenizer());
+  auto bytes = Make(no_merges_json);
+  const std::vector<uint32_t> merged = merging->Encode("hello world", false);
+  const std::vector<uint32_t> unmerged = bytes->Encode("hello world", false);
+  ASSERT_NE(merged, unmerged);
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(merging->Encode("hello world", false), merged);
+    EXPECT_EQ(bytes->Encode("hello world", false), unmerged);
+  }
+  // Models created and destroyed in turn (possibly at the same address).
+  for (int round = 0; round < 4; ++round) {
+    auto t = Make(round % 2 == 0 ? testing::ByteLevelTokenizer() : no_merges_json);
+    EXPECT_EQ(t->Encode("hello world", false), round % 2 == 0 ? merged : unmerged) << round;
+  }
+}
+
 TEST(TokenizerTest, SpecialTokensCutTheText) {
   auto t = Make(testing::ByteLevelTokenizer());
   EXPECT_THAT(t->Encode("<|im_start|>user\nhi<|im_end|>", false),
