@@ -51,15 +51,16 @@ class RecursiveLoop final : public Callable {
 // loop.cycle(a, b, ...)
 class CycleCallable final : public Callable {
  public:
-  explicit CycleCallable(int64_t index0) : index0_(index0) {}
+  // index0: the loop's current iteration, updated by the loop.
+  explicit CycleCallable(std::shared_ptr<const int64_t> index0) : index0_(std::move(index0)) {}
   Value Call(Interpreter&, CallArgs& args) const override {
     if (args.positional.empty()) ThrowRuntime("no items for cycling given");
-    return args.positional[static_cast<size_t>(index0_) % args.positional.size()];
+    return args.positional[static_cast<size_t>(*index0_) % args.positional.size()];
   }
   std::string Repr() const override { return "<bound method LoopContext.cycle>"; }
 
  private:
-  int64_t index0_;
+  std::shared_ptr<const int64_t> index0_;
 };
 
 struct CallDepthGuard {
@@ -288,28 +289,43 @@ void Interpreter::RenderFor(const Node& node, const std::shared_ptr<Frame>& fram
         }));
   }
   const int64_t length = static_cast<int64_t>(items.size());
+  // One loop object per loop, updated in place each iteration (like Jinja2's single
+  // LoopContext whose properties follow the iteration), and one scope reused while no
+  // macro or caller has captured it.
+  auto index0 = std::make_shared<int64_t>(0);
+  Dict loop_items;
+  loop_items.items.reserve(12);
+  for (const char* key : {"index0", "index", "revindex0", "revindex", "first", "last", "length",
+                          "depth0", "depth", "previtem", "nextitem"}) {
+    loop_items.items.emplace_back(key, Value());
+  }
+  loop_items.items.emplace_back("cycle", Value::Function(std::make_shared<CycleCallable>(index0)));
+  Value loop = Value::Namespace(std::move(loop_items));
+  std::shared_ptr<Frame> scope;
   for (int64_t i = 0; i < length; ++i) {
-    auto scope = std::make_shared<Frame>();
-    scope->parent = frame;
+    if (scope == nullptr || scope.use_count() != 1) {
+      scope = std::make_shared<Frame>();
+      scope->parent = frame;
+    } else {
+      scope->vars.clear();
+    }
     bind(*scope, items[static_cast<size_t>(i)]);
-    Dict loop;
-    loop.items.reserve(14);
-    loop.items.emplace_back("index0", Value::Int(i));
-    loop.items.emplace_back("index", Value::Int(i + 1));
-    loop.items.emplace_back("revindex0", Value::Int(length - i - 1));
-    loop.items.emplace_back("revindex", Value::Int(length - i));
-    loop.items.emplace_back("first", Value::Bool(i == 0));
-    loop.items.emplace_back("last", Value::Bool(i == length - 1));
-    loop.items.emplace_back("length", Value::Int(length));
-    loop.items.emplace_back("depth0", Value::Int(depth));
-    loop.items.emplace_back("depth", Value::Int(depth + 1));
-    loop.items.emplace_back("previtem", i > 0 ? items[static_cast<size_t>(i - 1)]
-                                              : Value::Undefined("'previtem' is undefined"));
-    loop.items.emplace_back("nextitem", i + 1 < length
-                                            ? items[static_cast<size_t>(i + 1)]
-                                            : Value::Undefined("'nextitem' is undefined"));
-    loop.items.emplace_back("cycle", Value::Function(std::make_shared<CycleCallable>(i)));
-    scope->Set("loop", Value::Namespace(std::move(loop)));
+    *index0 = i;
+    auto& v = loop.mutable_namespace().items;
+    v[0].second = Value::Int(i);
+    v[1].second = Value::Int(i + 1);
+    v[2].second = Value::Int(length - i - 1);
+    v[3].second = Value::Int(length - i);
+    v[4].second = Value::Bool(i == 0);
+    v[5].second = Value::Bool(i == length - 1);
+    v[6].second = Value::Int(length);
+    v[7].second = Value::Int(depth);
+    v[8].second = Value::Int(depth + 1);
+    v[9].second =
+        i > 0 ? items[static_cast<size_t>(i - 1)] : Value::Undefined("'previtem' is undefined");
+    v[10].second = i + 1 < length ? items[static_cast<size_t>(i + 1)]
+                                  : Value::Undefined("'nextitem' is undefined");
+    scope->Set("loop", loop);
     if (node.recursive) scope->Set(kRecurseName, recurse);
     Flow flow = RenderBody(node.body, scope, out);
     if (flow == Flow::kBreak) break;
@@ -491,9 +507,18 @@ Value Interpreter::Eval(const Expr& expr, const std::shared_ptr<Frame>& frame) {
     }
     case Expr::Type::kNot:
       return Value::Bool(!Eval(*expr.children[0], frame).Truthy());
-    case Expr::Type::kBinary:
-      return builtins::BinaryOp(*this, expr.name, Eval(*expr.children[0], frame),
-                                Eval(*expr.children[1], frame));
+    case Expr::Type::kBinary: {
+      // Left operand first, as Python evaluates.
+      Value left = Eval(*expr.children[0], frame);
+      Value right = Eval(*expr.children[1], frame);
+      // A chain a + b + c + ... of strings extends the left temporary instead of copying it
+      // at every step.
+      if (expr.name == "+" && left.IsString() && right.IsString()) {
+        CheckOutputSize(left.str().size() + right.str().size());
+        if (left.AppendIfUnique(right.str())) return left;
+      }
+      return builtins::BinaryOp(*this, expr.name, left, right);
+    }
     case Expr::Type::kAnd: {
       Value left = Eval(*expr.children[0], frame);
       if (!left.Truthy()) return left;

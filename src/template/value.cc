@@ -40,70 +40,50 @@ const std::string& Value::EmptyString() {
 
 Value Value::Undefined(std::string name) {
   Value v;
-  if (!name.empty()) v.s_ = std::make_shared<const std::string>(std::move(name));
-  return v;
-}
-
-Value Value::None() {
-  Value v;
-  v.kind_ = Kind::kNone;
-  return v;
-}
-
-Value Value::Bool(bool b) {
-  Value v;
-  v.kind_ = Kind::kBool;
-  v.b_ = b;
-  return v;
-}
-
-Value Value::Int(int64_t i) {
-  Value v;
-  v.kind_ = Kind::kInt;
-  v.i_ = i;
-  return v;
-}
-
-Value Value::Float(double f) {
-  Value v;
-  v.kind_ = Kind::kFloat;
-  v.f_ = f;
+  if (!name.empty()) v.payload_ = std::make_shared<const std::string>(std::move(name));
   return v;
 }
 
 Value Value::String(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.s_ = std::make_shared<const std::string>(std::move(s));
+  // Non-const object: AppendIfUnique may extend it while this value is its only owner.
+  v.payload_ = std::make_shared<std::string>(std::move(s));
   return v;
+}
+
+bool Value::AppendIfUnique(std::string_view tail) {
+  if (kind_ != Kind::kString || payload_ == nullptr || payload_.use_count() != 1) return false;
+  const_cast<std::string*>(static_cast<const std::string*>(payload_.get()))->append(tail);
+  return true;
 }
 
 Value Value::List(ValueList items, bool is_tuple) {
   Value v;
   v.kind_ = Kind::kList;
   v.is_tuple_ = is_tuple;
-  v.list_ = std::make_shared<ValueList>(std::move(items));
+  v.payload_ = std::make_shared<ValueList>(std::move(items));
   return v;
 }
 
 Value Value::FromDict(Dict dict) {
   Value v;
   v.kind_ = Kind::kDict;
-  v.dict_ = std::make_shared<Dict>(std::move(dict));
+  v.payload_ = std::make_shared<Dict>(std::move(dict));
   return v;
 }
 
 Value Value::Namespace(Dict attributes) {
   Value v;
   v.kind_ = Kind::kNamespace;
-  v.dict_ = std::make_shared<Dict>(std::move(attributes));
+  v.payload_ = std::make_shared<Dict>(std::move(attributes));
   return v;
 }
 
 Value Value::Function(std::shared_ptr<const Callable> fn) {
   Value v;
   v.kind_ = Kind::kCallable;
-  v.fn_ = std::move(fn);
+  v.payload_ = std::move(fn);
   return v;
 }
 
@@ -172,9 +152,9 @@ bool Value::Truthy() const {
     case Kind::kString:
       return !str().empty();
     case Kind::kList:
-      return !list_->empty();
+      return !list().empty();
     case Kind::kDict:
-      return !dict_->items.empty();
+      return !dict().items.empty();
     case Kind::kNamespace:
     case Kind::kCallable:
       return true;

@@ -53,10 +53,22 @@ class Value {
 
   Value() = default;  // Undefined.
   static Value Undefined(std::string name = {});
-  static Value None();
-  static Value Bool(bool b);
-  static Value Int(int64_t i);
-  static Value Float(double f);
+  static Value None() { return Value(Kind::kNone); }
+  static Value Bool(bool b) {
+    Value v(Kind::kBool);
+    v.b_ = b;
+    return v;
+  }
+  static Value Int(int64_t i) {
+    Value v(Kind::kInt);
+    v.i_ = i;
+    return v;
+  }
+  static Value Float(double f) {
+    Value v(Kind::kFloat);
+    v.f_ = f;
+    return v;
+  }
   static Value String(std::string s);
   static Value List(ValueList items, bool is_tuple = false);
   static Value FromDict(Dict dict);
@@ -86,13 +98,25 @@ class Value {
   bool bool_value() const { return b_; }
   int64_t int_value() const { return kind_ == Kind::kBool ? (b_ ? 1 : 0) : i_; }
   double AsDouble() const;  // REQUIRES: IsNumber().
-  const std::string& str() const { return s_ ? *s_ : EmptyString(); }
-  const ValueList& list() const { return *list_; }
-  const Dict& dict() const { return *dict_; }
-  Dict& mutable_namespace() const { return *dict_; }
-  const Callable& callable() const { return *fn_; }
+  const std::string& str() const {
+    return (kind_ == Kind::kString || kind_ == Kind::kUndefined) && payload_ != nullptr
+               ? *static_cast<const std::string*>(payload_.get())
+               : EmptyString();
+  }
+  const ValueList& list() const { return *static_cast<const ValueList*>(payload_.get()); }
+  const Dict& dict() const { return *static_cast<const Dict*>(payload_.get()); }
+  // The namespace's Dict was created mutable (Namespace()).
+  Dict& mutable_namespace() const {
+    return *const_cast<Dict*>(static_cast<const Dict*>(payload_.get()));
+  }
+  const Callable& callable() const { return *static_cast<const Callable*>(payload_.get()); }
   // The name an Undefined was looked up under (for error messages).
   const std::string& undefined_name() const { return str(); }
+
+  // Appends `tail` to this string in place when no other value shares its text (a
+  // temporary built by the render, e.g. the left side of a `+` chain); false otherwise
+  // (not a string, or shared), leaving the value unchanged.
+  bool AppendIfUnique(std::string_view tail);
 
   // Python truthiness; Undefined is false.
   bool Truthy() const;
@@ -100,6 +124,7 @@ class Value {
   std::string_view TypeName() const;
 
  private:
+  explicit Value(Kind kind) : kind_(kind) {}
   static const std::string& EmptyString();
 
   Kind kind_ = Kind::kUndefined;
@@ -107,12 +132,11 @@ class Value {
   bool b_ = false;
   int64_t i_ = 0;
   double f_ = 0;
-  // Shared so that copying a value (variable lookups, attribute access) never copies the
-  // text of a long message.
-  std::shared_ptr<const std::string> s_;
-  std::shared_ptr<ValueList> list_;
-  std::shared_ptr<Dict> dict_;
-  std::shared_ptr<const Callable> fn_;
+  // The shared object of a string (std::string; an Undefined's name), list (ValueList),
+  // dict or namespace (Dict) or callable (Callable), by kind; null otherwise. One pointer
+  // keeps values small (copied on every lookup) and shared, so copying a value never
+  // copies the text of a long message.
+  std::shared_ptr<const void> payload_;
 };
 
 // Python's str() and repr() of a value.

@@ -163,3 +163,29 @@ void AddedVocabulary::SafeBoundaries(std::string_view text, std::vector<size_t>*
 }
 
 }  // namespace infera::tokenizer
+
+namespace infera::tokenizer {
+
+size_t AddedVocabulary::SafeBoundaryReach(std::string_view text, size_t q) const {
+  // Scan positions p <= q - max_len read at most up to p + max_len - 1 < q; the trie walks
+  // from the positions after them are replayed to see how far they read.
+  const Trie& trie = raw_;
+  size_t reach = q + 1;
+  const size_t n = text.size();
+  size_t p = q + 1 > trie.max_len ? q + 1 - trie.max_len : 0;
+  for (; p <= q && p < n; ++p) {
+    if (!trie.first[static_cast<uint8_t>(text[p])]) continue;
+    uint32_t node = 0;
+    size_t i = p;
+    for (; i < n; ++i) {
+      auto it = trie.edges.find((uint64_t{node} << 8) | static_cast<uint8_t>(text[i]));
+      if (it == trie.edges.end()) break;
+      node = it->second;
+    }
+    if (i == n) return n + 1;
+    reach = std::max(reach, i + 1);
+  }
+  return reach;
+}
+
+}  // namespace infera::tokenizer

@@ -57,6 +57,10 @@ class AddedVocabulary {
   // Starts q of raw-pass token matches where the encoding provably splits
   // (doc/tokenizer.md "Safe boundaries"), ascending, 0 < q < text.size().
   void SafeBoundaries(std::string_view text, std::vector<size_t>* out) const;
+  // For q in SafeBoundaries(text): one past the last byte of `text` that the raw scan
+  // reads to decide the matches up to and including the one at q (text.size() + 1 when
+  // it reads up to the end, i.e. more text could change them).
+  size_t SafeBoundaryReach(std::string_view text, size_t q) const;
 
  private:
   struct Trie {

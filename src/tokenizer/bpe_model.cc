@@ -1,6 +1,7 @@
 #include "tokenizer/bpe_model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 
 #include "absl/hash/hash.h"
@@ -76,10 +77,29 @@ Scratch& ThreadScratch() {
   return scratch;
 }
 
+// A per-thread, direct-mapped front of the shared word cache: a hit costs one hash and
+// one compare, no lock. Slots are tagged with the model's instance number (never reused,
+// unlike addresses), so one thread may use several models.
+struct FrontSlot {
+  uint64_t instance = 0;  // 0: empty
+  size_t hash = 0;
+  std::string word;
+  std::vector<uint32_t> ids;
+};
+constexpr size_t kFrontSlots = 4096;
+
+std::vector<FrontSlot>& ThreadFront() {
+  thread_local std::vector<FrontSlot> front(kFrontSlots);
+  return front;
+}
+
+std::atomic<uint64_t> g_next_instance{1};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::json& model,
-                                                             bool byte_level) {
+                                                             bool byte_level,
+                                                             const StreamedVocab* streamed) {
   if (!model.is_object()) return absl::InvalidArgumentError("model: object expected");
   std::string type = model.value("type", std::string("BPE"));
   if (type != "BPE") {
@@ -93,6 +113,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
     return absl::InvalidArgumentError("model: BPE dropout is not supported");
   }
   auto m = std::unique_ptr<BpeModel>(new BpeModel());
+  m->instance_ = g_next_instance.fetch_add(1);
   m->byte_level_ = byte_level;
   auto opt_string = [&](const char* key) -> std::string {
     if (model.contains(key) && model[key].is_string()) return model[key].get<std::string>();
@@ -104,14 +125,12 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
   m->continuing_subword_prefix_ = opt_string("continuing_subword_prefix");
   m->end_of_word_suffix_ = opt_string("end_of_word_suffix");
 
+  if (streamed != nullptr && !streamed->error.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("model: ", streamed->error));
+  }
   // Spelling -> id, used to resolve merges.
   absl::flat_hash_map<std::string, uint32_t> spelling;
-  spelling.reserve(model["vocab"].size());
-  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
-    if (!it.value().is_number_unsigned()) {
-      return absl::InvalidArgumentError(absl::StrCat("model: bad id for token '", it.key(), "'"));
-    }
-    uint64_t id = it.value().get<uint64_t>();
+  auto add_token = [&](const std::string& token, uint64_t id) -> absl::Status {
     // Ids index a dense table: bound them so a hostile file cannot make it huge
     // (the largest real vocabularies have a few hundred thousand tokens).
     constexpr uint64_t kMaxTokenId = uint64_t{1} << 22;
@@ -120,8 +139,23 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
           absl::StrCat("model: token id ", id, " too large (limit ", kMaxTokenId, ")"));
     }
     if (id >= m->id_to_token_.size()) m->id_to_token_.resize(id + 1);
-    m->id_to_token_[id] = it.key();
-    spelling[it.key()] = static_cast<uint32_t>(id);
+    m->id_to_token_[id] = token;
+    spelling[token] = static_cast<uint32_t>(id);
+    return absl::OkStatus();
+  };
+  if (streamed != nullptr && streamed->has_vocab) {
+    spelling.reserve(streamed->vocab.size());
+    for (const auto& [token, id] : streamed->vocab) {
+      if (absl::Status st = add_token(token, id); !st.ok()) return st;
+    }
+  } else {
+    spelling.reserve(model["vocab"].size());
+    for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
+      if (!it.value().is_number_unsigned()) {
+        return absl::InvalidArgumentError(absl::StrCat("model: bad id for token '", it.key(), "'"));
+      }
+      if (absl::Status st = add_token(it.key(), it.value().get<uint64_t>()); !st.ok()) return st;
+    }
   }
   if (byte_level) {
     m->vocab_.reserve(spelling.size());
@@ -140,38 +174,52 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
 
   // Merges: "a b" strings or ["a", "b"] pairs. A later duplicate overrides an earlier
   // one, as in Hugging Face (HashMap collect).
-  if (model.contains("merges")) {
+  uint32_t rank = 0;
+  std::string merged;
+  auto add_merge = [&](std::string_view a, std::string_view b) -> absl::Status {
+    size_t prefix_len = m->continuing_subword_prefix_.size();
+    if (b.size() < prefix_len) return absl::InvalidArgumentError("model: bad merge prefix");
+    merged.assign(a);
+    merged.append(b.substr(prefix_len));
+    auto ia = spelling.find(Av(a)), ib = spelling.find(Av(b)), im = spelling.find(merged);
+    if (ia == spelling.end() || ib == spelling.end() || im == spelling.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model: merge '", Av(a), " ", Av(b), "' refers to a token not in vocab"));
+    }
+    m->merges_[(uint64_t{ia->second} << 32) | ib->second] = (uint64_t{rank} << 32) | im->second;
+    ++rank;
+    return absl::OkStatus();
+  };
+  auto add_joined = [&](std::string_view s) -> absl::Status {
+    size_t sp = s.find(' ');
+    if (sp == std::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("model: bad merge '", Av(s), "'"));
+    }
+    return add_merge(s.substr(0, sp), s.substr(sp + 1));
+  };
+  if (streamed != nullptr && streamed->has_merges) {
+    m->merges_.reserve(streamed->merges.size());
+    for (const StreamedVocab::Merge& merge : streamed->merges) {
+      absl::Status st =
+          merge.joined ? add_joined(merge.first) : add_merge(merge.first, merge.second);
+      if (!st.ok()) return st;
+    }
+  } else if (model.contains("merges")) {
     if (!model["merges"].is_array()) return absl::InvalidArgumentError("model: 'merges' array");
     const auto& merges = model["merges"];
     m->merges_.reserve(merges.size());
-    uint32_t rank = 0;
     for (const auto& entry : merges) {
-      std::string a, b;
+      absl::Status st;
       if (entry.is_string()) {
-        const std::string& s = entry.get_ref<const std::string&>();
-        size_t sp = s.find(' ');
-        if (sp == std::string::npos) {
-          return absl::InvalidArgumentError(absl::StrCat("model: bad merge '", s, "'"));
-        }
-        a = s.substr(0, sp);
-        b = s.substr(sp + 1);
+        st = add_joined(entry.get_ref<const std::string&>());
       } else if (entry.is_array() && entry.size() == 2 && entry[0].is_string() &&
                  entry[1].is_string()) {
-        a = entry[0].get<std::string>();
-        b = entry[1].get<std::string>();
+        st = add_merge(entry[0].get_ref<const std::string&>(),
+                       entry[1].get_ref<const std::string&>());
       } else {
         return absl::InvalidArgumentError("model: merge must be \"a b\" or [\"a\", \"b\"]");
       }
-      size_t prefix_len = m->continuing_subword_prefix_.size();
-      if (b.size() < prefix_len) return absl::InvalidArgumentError("model: bad merge prefix");
-      std::string merged = a + b.substr(prefix_len);
-      auto ia = spelling.find(a), ib = spelling.find(b), im = spelling.find(merged);
-      if (ia == spelling.end() || ib == spelling.end() || im == spelling.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model: merge '", a, " ", b, "' refers to a token not in vocab"));
-      }
-      m->merges_[(uint64_t{ia->second} << 32) | ib->second] = (uint64_t{rank} << 32) | im->second;
-      ++rank;
+      if (!st.ok()) return st;
     }
   }
 
@@ -192,7 +240,10 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
       if (tok.empty() || unicode::ValidUtf8Prefix(tok) != tok.size()) continue;
       size_t i = 0;
       char32_t c = unicode::DecodeAt(tok, &i);
-      if (i == tok.size()) m->char_ids_[c] = id;
+      if (i == tok.size()) {
+        m->char_ids_[c] = id;
+        if (c < 128) m->ascii_known_[c] = true;
+      }
     }
     // Cutting a word between adjacent characters x, y is exact when no vocabulary
     // token contains "xy": no merge can then join the two sides (doc/tokenizer.md).
@@ -205,6 +256,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
         while (i < tok.size()) {
           char32_t c = unicode::DecodeAt(tok, &i);
           m->bigrams_.insert((uint64_t{prev} << 32) | c);
+          if (prev < 128 && c < 128) m->ascii_bigrams_[prev * 128 + c] = true;
           prev = c;
         }
       }
@@ -246,12 +298,22 @@ void BpeModel::Tokenize(std::string_view word, std::vector<uint32_t>* out) const
     size_t start = 0;
     size_t i = 0;
     char32_t prev = unicode::DecodeAt(word, &i);
-    bool prev_known = char_ids_.contains(prev);
+    bool prev_known = prev < 128 ? ascii_known_[prev] : char_ids_.contains(prev);
     while (i < word.size()) {
       size_t at = i;
-      char32_t c = unicode::DecodeAt(word, &i);
-      bool known = char_ids_.contains(c);
-      if (prev_known && known && !bigrams_.contains((uint64_t{prev} << 32) | c)) {
+      char32_t c;
+      bool known;
+      if (static_cast<unsigned char>(word[i]) < 128) {
+        c = static_cast<unsigned char>(word[i]);
+        ++i;
+        known = ascii_known_[c];
+      } else {
+        c = unicode::DecodeAt(word, &i);
+        known = char_ids_.contains(c);
+      }
+      bool touches = prev < 128 && c < 128 ? ascii_bigrams_[prev * 128 + c]
+                                           : bigrams_.contains((uint64_t{prev} << 32) | c);
+      if (prev_known && known && !touches) {
         TokenizeUncached(word.substr(start, at - start), out);
         start = at;
       }
@@ -270,21 +332,33 @@ void BpeModel::TokenizeUncached(std::string_view word, std::vector<uint32_t>* ou
     return;
   }
   size_t h = absl::HashOf(Av(word));
+  FrontSlot& slot = ThreadFront()[(h >> 7) % kFrontSlots];
+  if (slot.instance == instance_ && slot.hash == h && slot.word == word) {
+    out->insert(out->end(), slot.ids.begin(), slot.ids.end());
+    return;
+  }
+  const size_t before = out->size();
   Shard& shard = cache_[h % kShards];
+  bool found = false;
   {
     std::lock_guard<std::mutex> lock(shard.mu);
     auto it = shard.map.find(Av(word));
     if (it != shard.map.end()) {
       out->insert(out->end(), it->second.begin(), it->second.end());
-      return;
+      found = true;
     }
   }
-  size_t before = out->size();
-  MergeWord(word, out);
-  std::vector<uint32_t> ids(out->begin() + static_cast<ptrdiff_t>(before), out->end());
-  std::lock_guard<std::mutex> lock(shard.mu);
-  if (shard.map.size() >= kMaxEntriesPerShard) shard.map.clear();
-  shard.map.emplace(std::string(word), std::move(ids));
+  if (!found) {
+    MergeWord(word, out);
+    std::vector<uint32_t> ids(out->begin() + static_cast<ptrdiff_t>(before), out->end());
+    std::lock_guard<std::mutex> lock(shard.mu);
+    if (shard.map.size() >= kMaxEntriesPerShard) shard.map.clear();
+    shard.map.emplace(std::string(word), std::move(ids));
+  }
+  slot.instance = instance_;
+  slot.hash = h;
+  slot.word.assign(word);
+  slot.ids.assign(out->begin() + static_cast<ptrdiff_t>(before), out->end());
 }
 
 void BpeModel::MergeWord(std::string_view word, std::vector<uint32_t>* out) const {

@@ -28,10 +28,28 @@
 
 namespace infera::tokenizer {
 
+// model.vocab and model.merges of a tokenizer.json read by a streaming parser instead of
+// into the JSON document (they are most of the file): entries in file order.
+struct StreamedVocab {
+  bool has_vocab = false;   // the document's model.vocab is an empty placeholder
+  bool has_merges = false;  // the document's model.merges is an empty placeholder
+  std::vector<std::pair<std::string, uint64_t>> vocab;
+  // A merge: "a b" (joined, the whole string in first) or ["a", "b"].
+  struct Merge {
+    std::string first;
+    std::string second;
+    bool joined = false;
+  };
+  std::vector<Merge> merges;
+  std::string error;  // the first malformed entry, if any
+};
+
 class BpeModel {
  public:
-  static absl::StatusOr<std::unique_ptr<BpeModel>> FromJson(const nlohmann::json& model,
-                                                            bool byte_level);
+  // `streamed`, when given, holds the vocab and/or merges that `model` only has as
+  // placeholders.
+  static absl::StatusOr<std::unique_ptr<BpeModel>> FromJson(
+      const nlohmann::json& model, bool byte_level, const StreamedVocab* streamed = nullptr);
 
   // Appends the ids of one pre-tokenized word (raw bytes for byte-level models).
   // REQUIRES: word is non-empty; valid UTF-8 unless byte-level.
@@ -70,8 +88,14 @@ class BpeModel {
   // (see Tokenize): the adjacent character pairs of all vocabulary tokens.
   bool split_words_ = false;
   absl::flat_hash_set<uint64_t> bigrams_;
+  // The same two facts for ASCII characters, as tables: char_ids_ has c; bigrams_ has
+  // (x, y) at x * 128 + y.
+  std::array<bool, 128> ascii_known_{};
+  std::vector<bool> ascii_bigrams_ = std::vector<bool>(128 * 128);
 
-  // Word -> ids cache, sharded.
+  // Tags this model's entries in the per-thread front cache (bpe_model.cc).
+  uint64_t instance_ = 0;
+  // Word -> ids cache, sharded, behind a per-thread direct-mapped front.
   struct Shard {
     std::mutex mu;
     absl::flat_hash_map<std::string, std::vector<uint32_t>> map;

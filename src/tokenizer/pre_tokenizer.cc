@@ -337,11 +337,23 @@ void PreTokenizer::PreTokenize(std::string_view text, bool at_origin, std::vecto
     words->push_back({text, at_origin});
     return;
   }
-  std::vector<Range> scratch[2];
-  std::vector<Word> current{{text, at_origin}};
-  std::vector<Word> next;
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    std::vector<Word>* target = i + 1 == steps_.size() ? words : &next;
+  // Per-thread buffers keep their capacity from call to call (PreTokenize does not
+  // re-enter itself).
+  thread_local std::vector<Range> scratch[2];
+  thread_local std::vector<Word> current;
+  thread_local std::vector<Word> next;
+  // A trailing ByteLevel step without regex or prefix space passes words through
+  // unchanged (the byte mapping is the model's): leave it out.
+  size_t step_count = steps_.size();
+  const Step& last = steps_.back();
+  if (step_count > 1 && last.kind == Kind::kByteLevel && !last.use_regex &&
+      !last.add_prefix_space) {
+    --step_count;
+  }
+  current.clear();
+  current.push_back({text, at_origin});
+  for (size_t i = 0; i < step_count; ++i) {
+    std::vector<Word>* target = i + 1 == step_count ? words : &next;
     next.clear();
     for (const Word& piece : current) ApplyStep(steps_[i], piece, target, storage, scratch);
     if (target == &next) current.swap(next);

@@ -114,5 +114,96 @@ TEST_F(PrefixCachingEncoderTest, ConcurrentCallersGetExactIds) {
   EXPECT_EQ(mismatches.load(), 0);
 }
 
+// A tokenizer whose added tokens overlap: a long token extending <|im_start|>, a short
+// one, and one starting with whitespace; the remembered prompt's boundary is reusable
+// only when the bytes that decide it (up to the longest token walk) are shared.
+std::unique_ptr<Tokenizer> OverlappingTokenizer() {
+  nlohmann::json j = testing::ByteLevelTokenizer();
+  j["added_tokens"].push_back({{"id", 1002},
+                               {"content", "<|im_start|>assistant_with_a_long_name"},
+                               {"special", true},
+                               {"normalized", false}});
+  j["added_tokens"].push_back(
+      {{"id", 1003}, {"content", "<x>"}, {"special", true}, {"normalized", false}});
+  j["added_tokens"].push_back(
+      {{"id", 1004}, {"content", "\n\n"}, {"special", true}, {"normalized", false}});
+  auto t = Tokenizer::FromJson(j.dump());
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+// Random texts from fragments that make added tokens, near misses of them, invalid
+// UTF-8 and multi-byte characters; pairs that share a random-length prefix. Every
+// encode through the cache equals a cold encode.
+TEST(PrefixCachingEncoderRandomTest, SharedPrefixesOfRandomTextsStayExact) {
+  std::unique_ptr<Tokenizer> tokenizer = OverlappingTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  static const char* kFragments[] = {"<|im_start|>",
+                                     "<|im_start|>assistant",
+                                     "_with_a_long_name",
+                                     "<|im_end|>",
+                                     "<x>",
+                                     "<x",
+                                     "\n",
+                                     "\n\n",
+                                     " ",
+                                     "word",
+                                     "é",
+                                     "\xE4\xBD\xA0",
+                                     "\xFF",
+                                     "<",
+                                     "|",
+                                     "assistant",
+                                     "42"};
+  uint64_t s = 99;
+  auto next = [&s] {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return s >> 33;
+  };
+  auto random_text = [&](size_t fragments) {
+    std::string out;
+    for (size_t i = 0; i < fragments; ++i) out += kFragments[next() % std::size(kFragments)];
+    return out;
+  };
+  PrefixCachingEncoder enc(*tokenizer, 4);
+  size_t checked = 0;
+  for (int round = 0; round < 300; ++round) {
+    std::string a = random_text(20 + next() % 60);
+    // Mostly valid text, so that safe boundaries exist.
+    if (next() % 4 != 0) {
+      for (char& c : a) {
+        if (static_cast<unsigned char>(c) == 0xFF) c = '?';
+      }
+    }
+    ASSERT_EQ(enc.Encode(a), tokenizer->Encode(a, false)) << a;
+    for (int variant = 0; variant < 4; ++variant) {
+      std::string b = a.substr(0, next() % (a.size() + 1)) + random_text(next() % 6);
+      ASSERT_EQ(enc.Encode(b), tokenizer->Encode(b, false)) << "a=" << a << "\nb=" << b;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 1200u);
+  EXPECT_GT(enc.stats().prefix_hits, 300u);
+}
+
+// The remembered prompt ends inside what could become a longer added token: its last
+// boundary is not reused, the earlier ones are.
+TEST(PrefixCachingEncoderRandomTest, BoundaryDecidedPastTheCommonPrefixIsNotReused) {
+  std::unique_ptr<Tokenizer> tokenizer = OverlappingTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  PrefixCachingEncoder enc(*tokenizer, 4);
+  std::string head = Chat(5, 6);
+  std::string a = head + "<|im_start|>assistant";
+  std::string b = head + "<|im_start|>assistant_with_a_long_name and more";
+  ASSERT_EQ(enc.Encode(a), tokenizer->Encode(a, false));
+  uint64_t reused_before = enc.stats().reused_bytes;
+  ASSERT_EQ(enc.Encode(b), tokenizer->Encode(b, false));
+  EXPECT_EQ(enc.stats().prefix_hits, 1u);
+  // Reused at most up to the boundary before head's end, never the <|im_start|> of the
+  // diverging turn.
+  EXPECT_LE(enc.stats().reused_bytes - reused_before, head.size());
+  EXPECT_GT(enc.stats().reused_bytes - reused_before, head.size() / 2);
+}
+
 }  // namespace
 }  // namespace infera::tokenizer

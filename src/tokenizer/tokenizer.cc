@@ -21,7 +21,8 @@ namespace infera::tokenizer {
 // internally synchronised).
 class TokenizerImpl {
  public:
-  static absl::StatusOr<std::unique_ptr<TokenizerImpl>> FromJson(const nlohmann::json& root);
+  static absl::StatusOr<std::unique_ptr<TokenizerImpl>> FromJson(
+      const nlohmann::json& root, const StreamedVocab* streamed = nullptr);
 
   void EncodeAppend(std::string_view input, std::vector<uint32_t>* out) const;
   std::vector<uint32_t> PostProcess(std::vector<uint32_t> ids) const {
@@ -30,6 +31,9 @@ class TokenizerImpl {
   void SafeBoundaries(std::string_view text, std::vector<size_t>* out) const {
     if (unicode::ValidUtf8Prefix(text) != text.size()) return;
     added_->SafeBoundaries(text, out);
+  }
+  size_t SafeBoundaryReach(std::string_view text, size_t q) const {
+    return added_->SafeBoundaryReach(text, q);
   }
   std::optional<uint32_t> TokenToId(std::string_view token) const {
     if (auto id = added_->TokenToId(token)) return id;
@@ -56,7 +60,8 @@ class TokenizerImpl {
   std::unique_ptr<AddedVocabulary> added_;
 };
 
-absl::StatusOr<std::unique_ptr<TokenizerImpl>> TokenizerImpl::FromJson(const nlohmann::json& root) {
+absl::StatusOr<std::unique_ptr<TokenizerImpl>> TokenizerImpl::FromJson(
+    const nlohmann::json& root, const StreamedVocab* streamed) {
   if (!root.is_object()) return absl::InvalidArgumentError("tokenizer.json: object expected");
   auto impl = std::make_unique<TokenizerImpl>();
   if (root.contains("normalizer") && !root["normalizer"].is_null()) {
@@ -72,7 +77,7 @@ absl::StatusOr<std::unique_ptr<TokenizerImpl>> TokenizerImpl::FromJson(const nlo
     byte_level = impl->pre_->byte_level();
   }
   if (!root.contains("model")) return absl::InvalidArgumentError("tokenizer.json: no 'model'");
-  auto m = BpeModel::FromJson(root["model"], byte_level);
+  auto m = BpeModel::FromJson(root["model"], byte_level, streamed);
   if (!m.ok()) return m.status();
   impl->model_ = std::move(*m);
   if (root.contains("post_processor") && !root["post_processor"].is_null()) {
@@ -191,11 +196,179 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& pa
   return t;
 }
 
+namespace {
+
+// Parses tokenizer.json into a JSON document, except model.vocab and model.merges (most
+// of the file: hundreds of thousands of entries), which are read straight into a
+// StreamedVocab and left in the document as empty placeholders. Building them as
+// document nodes (a sorted std::map of the vocab, one node per merge) was most of the
+// load time.
+class StreamingLoader final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  StreamingLoader(nlohmann::json* root, StreamedVocab* streamed)
+      : dom_(*root, /*allow_exceptions=*/false), streamed_(streamed) {}
+
+  bool null() override {
+    if (capture_ != Capture::kNone) return Scalar("null");
+    return dom_.null();
+  }
+  bool boolean(bool b) override {
+    if (capture_ != Capture::kNone) return Scalar("a boolean");
+    return dom_.boolean(b);
+  }
+  bool number_integer(number_integer_t n) override {
+    if (capture_ != Capture::kNone) return Scalar("a negative number");
+    return dom_.number_integer(n);
+  }
+  bool number_unsigned(number_unsigned_t n) override {
+    if (capture_ == Capture::kVocab && depth_ == 1) {
+      streamed_->vocab.emplace_back(std::move(key_), n);
+      return true;
+    }
+    if (capture_ != Capture::kNone) return Scalar("a number");
+    return dom_.number_unsigned(n);
+  }
+  bool number_float(number_float_t f, const string_t& s) override {
+    if (capture_ != Capture::kNone) return Scalar("a number");
+    return dom_.number_float(f, s);
+  }
+  bool string(string_t& s) override {
+    if (capture_ == Capture::kMerges && depth_ == 1) {
+      streamed_->merges.push_back({std::move(s), {}, true});
+      return true;
+    }
+    if (capture_ == Capture::kMerges && depth_ == 2) {
+      pair_.push_back(std::move(s));
+      return true;
+    }
+    if (capture_ != Capture::kNone) return Scalar("a string");
+    return dom_.string(s);
+  }
+  bool binary(binary_t& b) override {
+    if (capture_ != Capture::kNone) return Scalar("binary");
+    return dom_.binary(b);
+  }
+  bool start_object(std::size_t n) override {
+    if (capture_ != Capture::kNone) {
+      ++depth_;
+      return Scalar("an object");
+    }
+    if (AtModelKey("vocab")) {
+      streamed_->has_vocab = true;
+      streamed_->vocab.clear();
+      Begin(Capture::kVocab);
+      return dom_.start_object(0);
+    }
+    path_.push_back({true, {}});
+    return dom_.start_object(n);
+  }
+  bool key(string_t& k) override {
+    if (capture_ != Capture::kNone) {
+      if (capture_ == Capture::kVocab && depth_ == 1) key_ = std::move(k);
+      return true;
+    }
+    path_.back().key = k;
+    return dom_.key(k);
+  }
+  bool end_object() override {
+    if (capture_ != Capture::kNone) return End();
+    path_.pop_back();
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) override {
+    if (capture_ != Capture::kNone) {
+      ++depth_;
+      if (capture_ == Capture::kMerges && depth_ == 2) {
+        pair_.clear();
+        return true;
+      }
+      return Scalar("an array");
+    }
+    if (AtModelKey("merges")) {
+      streamed_->has_merges = true;
+      streamed_->merges.clear();
+      Begin(Capture::kMerges);
+      return dom_.start_array(0);
+    }
+    path_.push_back({false, {}});
+    return dom_.start_array(n);
+  }
+  bool end_array() override {
+    if (capture_ == Capture::kMerges && depth_ == 2) {
+      if (pair_.size() == 2) {
+        streamed_->merges.push_back({std::move(pair_[0]), std::move(pair_[1]), false});
+      } else {
+        Fail("merge must be \"a b\" or [\"a\", \"b\"]");
+      }
+    }
+    if (capture_ != Capture::kNone) return End();
+    path_.pop_back();
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t position, const std::string& last_token,
+                   const nlohmann::detail::exception& e) override {
+    return dom_.parse_error(position, last_token, e);
+  }
+
+ private:
+  enum class Capture { kNone, kVocab, kMerges };
+  struct Level {
+    bool is_object;
+    std::string key;  // the current key (objects)
+  };
+
+  // The value about to start is root.model.<key>.
+  bool AtModelKey(std::string_view key) const {
+    return path_.size() == 2 && path_[0].is_object && path_[0].key == "model" &&
+           path_[1].is_object && path_[1].key == key;
+  }
+  void Begin(Capture capture) {
+    capture_ = capture;
+    depth_ = 1;
+  }
+  // Leaves one nesting level of the captured value; at its end, closes the placeholder.
+  bool End() {
+    if (--depth_ > 0) return true;
+    Capture done = capture_;
+    capture_ = Capture::kNone;
+    return done == Capture::kVocab ? dom_.end_object() : dom_.end_array();
+  }
+  // A value the captured vocab/merges cannot hold.
+  bool Scalar(const char* what) {
+    if (capture_ == Capture::kVocab) {
+      Fail(depth_ <= 2 ? "bad id for token '" + key_ + "'" : std::string("bad vocab"));
+    } else if (!(depth_ == 2 && std::string_view(what) == "a string")) {
+      Fail("merge must be \"a b\" or [\"a\", \"b\"]");
+    }
+    return true;
+  }
+  void Fail(std::string message) {
+    if (streamed_->error.empty()) streamed_->error = std::move(message);
+  }
+
+  nlohmann::detail::json_sax_dom_parser<nlohmann::json> dom_;
+  StreamedVocab* streamed_;
+  std::vector<Level> path_;
+  Capture capture_ = Capture::kNone;
+  int depth_ = 0;  // nesting inside the captured value (1 = its own level)
+  std::string key_;
+  std::vector<std::string> pair_;
+};
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokenizer_json) {
-  nlohmann::json root = nlohmann::json::parse(tokenizer_json, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) return absl::InvalidArgumentError("tokenizer.json: invalid JSON");
+  nlohmann::json root;
+  StreamedVocab streamed;
+  StreamingLoader loader(&root, &streamed);
+  bool parsed = nlohmann::json::sax_parse(tokenizer_json.begin(), tokenizer_json.end(), &loader,
+                                          nlohmann::json::input_format_t::json,
+                                          /*strict=*/true);
+  if (!parsed || root.is_discarded()) {
+    return absl::InvalidArgumentError("tokenizer.json: invalid JSON");
+  }
   try {
-    auto impl = TokenizerImpl::FromJson(root);
+    auto impl = TokenizerImpl::FromJson(root, &streamed);
     if (!impl.ok()) return impl.status();
     return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(*impl)));
   } catch (const nlohmann::json::exception& e) {
@@ -220,6 +393,10 @@ std::vector<size_t> Tokenizer::SafeBoundaries(std::string_view text) const {
   std::vector<size_t> out;
   impl_->SafeBoundaries(text, &out);
   return out;
+}
+
+size_t Tokenizer::SafeBoundaryReach(std::string_view text, size_t q) const {
+  return impl_->SafeBoundaryReach(text, q);
 }
 
 std::optional<uint32_t> Tokenizer::TokenToId(std::string_view token) const {

@@ -59,6 +59,11 @@ class Tokenizer {
   // added-token matches that do not depend on their surroundings (doc/tokenizer.md,
   // "Safe boundaries"). Used by PrefixCachingEncoder.
   std::vector<size_t> SafeBoundaries(std::string_view text) const;
+  // What decides a safe boundary. REQUIRES: q is in SafeBoundaries(text). Returns r
+  // such that every valid UTF-8 text b with b[0:r] == text[0:r] (b at least r bytes
+  // long) has q in SafeBoundaries(b), with the same safe boundaries below q
+  // (text.size() + 1 when no other text qualifies). doc/tokenizer.md, "Safe boundaries".
+  size_t SafeBoundaryReach(std::string_view text, size_t q) const;
 
   // Vocabulary lookups (including added tokens).
   std::optional<uint32_t> TokenToId(std::string_view token) const;

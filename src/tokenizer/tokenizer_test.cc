@@ -47,6 +47,29 @@ TEST(TokenizerTest, IgnoreMergesUsesWholeWordToken) {
   EXPECT_THAT(ignoring->Encode(" whole", false), ElementsAre(271));
 }
 
+// The per-thread front of the word cache is shared by all models on a thread: entries
+// are tagged per model instance, so two models (with different results for the same
+// word) and a model replacing a destroyed one at the same address never see each
+// other's ids.
+TEST(TokenizerTest, WordCacheFrontKeepsModelsApart) {
+  nlohmann::json no_merges_json = testing::ByteLevelTokenizer();
+  no_merges_json["model"]["merges"] = nlohmann::json::array();
+  auto merging = Make(testing::ByteLevelTokenizer());
+  auto bytes = Make(no_merges_json);
+  const std::vector<uint32_t> merged = merging->Encode("hello world", false);
+  const std::vector<uint32_t> unmerged = bytes->Encode("hello world", false);
+  ASSERT_NE(merged, unmerged);
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(merging->Encode("hello world", false), merged);
+    EXPECT_EQ(bytes->Encode("hello world", false), unmerged);
+  }
+  // Models created and destroyed in turn (possibly at the same address).
+  for (int round = 0; round < 4; ++round) {
+    auto t = Make(round % 2 == 0 ? testing::ByteLevelTokenizer() : no_merges_json);
+    EXPECT_EQ(t->Encode("hello world", false), round % 2 == 0 ? merged : unmerged) << round;
+  }
+}
+
 TEST(TokenizerTest, SpecialTokensCutTheText) {
   auto t = Make(testing::ByteLevelTokenizer());
   EXPECT_THAT(t->Encode("<|im_start|>user\nhi<|im_end|>", false),
@@ -232,6 +255,55 @@ TEST(TokenizerTest, BadFilesGiveClearErrors) {
   j["model"]["vocab"]["zz"] = 111111111;
   EXPECT_THAT(std::string(Tokenizer::FromJson(j.dump()).status().message()),
               HasSubstr("too large"));
+}
+
+// model.vocab and model.merges are read by the streaming loader, not the JSON document:
+// malformed entries there give the same errors, and keys named "vocab"/"merges"
+// elsewhere are ordinary document values.
+TEST(TokenizerTest, StreamedVocabAndMergesReportBadEntries) {
+  auto message = [](const nlohmann::json& j) {
+    return std::string(Tokenizer::FromJson(j.dump()).status().message());
+  };
+  nlohmann::json j = testing::ByteLevelTokenizer();
+  j["model"]["vocab"]["zz"] = -1;
+  EXPECT_THAT(message(j), HasSubstr("bad id for token 'zz'"));
+  j["model"]["vocab"]["zz"] = 1.5;
+  EXPECT_THAT(message(j), HasSubstr("bad id for token 'zz'"));
+  j["model"]["vocab"]["zz"] = {{"nested", 1}};
+  EXPECT_THAT(message(j), HasSubstr("bad id for token 'zz'"));
+  j["model"]["vocab"]["zz"] = nlohmann::json::array({1});
+  EXPECT_THAT(message(j), HasSubstr("bad id for token 'zz'"));
+
+  for (nlohmann::json bad :
+       {nlohmann::json(1), nlohmann::json::array({"a"}), nlohmann::json::array({"a", "b", "c"}),
+        nlohmann::json::array({"a", 1}), nlohmann::json::object({{"a", "b"}}),
+        nlohmann::json::array({nlohmann::json::array({"a", "b"})})}) {
+    j = testing::ByteLevelTokenizer();
+    j["model"]["merges"].push_back(bad);
+    EXPECT_THAT(message(j), HasSubstr("merge must be")) << bad.dump();
+  }
+  j = testing::ByteLevelTokenizer();
+  j["model"]["merges"].push_back("nospace");
+  EXPECT_THAT(message(j), HasSubstr("bad merge 'nospace'"));
+
+  // Wrong container types stay document values and are rejected as before.
+  j = testing::ByteLevelTokenizer();
+  j["model"]["vocab"] = nlohmann::json::array();
+  EXPECT_THAT(message(j), HasSubstr("'vocab' object expected"));
+  j = testing::ByteLevelTokenizer();
+  j["model"]["merges"] = nlohmann::json::object();
+  EXPECT_THAT(message(j), HasSubstr("'merges' array"));
+
+  // "vocab"/"merges" keys outside model are untouched; the tokenizer still works.
+  j = testing::ByteLevelTokenizer();
+  j["extra"] = {{"vocab", {{"a", 1}}}, {"merges", nlohmann::json::array({"a b"})}};
+  j["model"]["extra"] = {{"vocab", {{"x", "y"}}}};
+  auto t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto reference = Tokenizer::FromJson(testing::ByteLevelTokenizer().dump());
+  ASSERT_TRUE(reference.ok());
+  EXPECT_EQ((*t)->Encode("hello world", false), (*reference)->Encode("hello world", false));
+  EXPECT_EQ((*t)->vocab_size(), (*reference)->vocab_size());
 }
 
 TEST(TokenizerTest, LoadFromDirectoryAndFile) {
