@@ -56,6 +56,10 @@ class ChatTemplate {
 
  private:
   ChatTemplate() = default;
+  // The request body as a template value (a dict): messages, tools, documents,
+  // add_generation_prompt, chat_template_kwargs.
+  absl::StatusOr<std::string> RenderBody(const jinja::Value& body,
+                                         std::optional<std::tm> now) const;
 
   std::optional<jinja::Template> default_;
   std::optional<jinja::Template> tool_use_;

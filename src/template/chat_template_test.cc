@@ -89,5 +89,35 @@ TEST(ChatTemplateTest, NowFeedsStrftimeNow) {
   EXPECT_TRUE(ParseIsoTime("2024-07-26T10:00:00.123+02:00").ok());
 }
 
+TEST(ChatTemplateTest, RepeatedKeysKeepFirstPositionAndLastValueLikePython) {
+  ChatTemplate chat = MustLoad({{"chat_template", "{{ tools | tojson }}"}});
+  // json.loads('{"a": 1, "b": 2, "a": 3}') == {"a": 3, "b": 2}
+  absl::StatusOr<std::string> out =
+      chat.RenderJson(R"({"messages": [], "tools": [{"a": 1, "b": 2, "a": 3}]})");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, R"([{"a": 3, "b": 2}])");
+  // The same with more keys than the linear scan handles.
+  std::string body = R"({"messages": [], "tools": [{)";
+  for (int i = 0; i < 40; ++i)
+    body += "\"k" + std::to_string(i) + "\": " + std::to_string(i) + ", ";
+  body += R"("k3": "last"}]})";
+  out = chat.RenderJson(body);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_NE(out->find(R"("k2": 2, "k3": "last", "k4": 4)"), std::string::npos) << *out;
+  EXPECT_EQ(out->find(R"("k3": 3)"), std::string::npos);
+}
+
+TEST(ChatTemplateTest, BodiesSimdjsonRefusesStillRender) {
+  ChatTemplate chat = MustLoad({{"chat_template", "{{ tools[0] }}|{{ messages | length }}"}});
+  // An integer beyond 64 bits: simdjson refuses it, the nlohmann path renders it.
+  absl::StatusOr<std::string> out =
+      chat.RenderJson(R"({"messages": [], "tools": [123456789012345678901234567890]})");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->substr(out->size() - 2), "|0");
+  EXPECT_FALSE(chat.RenderJson(R"({"messages": [)").ok());
+  EXPECT_FALSE(chat.RenderJson("{\"messages\": [\"\xff\"]}").ok());
+  EXPECT_FALSE(chat.RenderJson(R"({"tools": []})").ok());
+}
+
 }  // namespace
 }  // namespace infera::chat
