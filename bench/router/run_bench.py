@@ -34,6 +34,8 @@ ap.add_argument("--router-threads", type=int, default=2)
 ap.add_argument("--prompt-chars", type=int, default=200)
 ap.add_argument("--workload", choices=["short", "chat8k-cold", "chat8k-warm"], default="short")
 ap.add_argument("--tokenizer", default="")
+ap.add_argument("--rounds", type=int, default=1,
+                help="repeat the measurements; the table shows per-target medians")
 ap.add_argument("--verbose", action="store_true", help="print each wrk run's output")
 ap.add_argument("--targets", default="direct,rr,kv,nginx",
                 help="comma list of direct, rr, kv, nginx (direct and nginx are the baselines)")
@@ -245,19 +247,28 @@ http {{
                 t[0].startswith("infera"))]
     for _, p, _ in targets:  # warm up connection pools
         wrk(p, 4, "1s", body_file)
-    rows = []
-    overheads = {}
-    for name, p, pids in targets:
-        if name.startswith("infera"):
-            stage_means(p)  # snapshot: the means below cover the -c1 run only
-        lat = wrk(p, 1, args.duration, body_file)
-        if name.startswith("infera"):
-            overheads[name] = stage_means(p)
-        thr = wrk(p, args.conns, args.duration, body_file, pids)
-        rows.append((name, lat, thr))
+    import statistics
+
+    def median_of(runs):
+        return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+    samples = {name: ([], [], []) for name, _, _ in targets}
+    for _ in range(args.rounds):
+        for name, p, pids in targets:
+            if name.startswith("infera"):
+                stage_means(p)  # snapshot: the means below cover the -c1 run only
+            samples[name][0].append(wrk(p, 1, args.duration, body_file))
+            if name.startswith("infera"):
+                samples[name][2].append(stage_means(p))
+            samples[name][1].append(wrk(p, args.conns, args.duration, body_file, pids))
+    rows = [(name, median_of(samples[name][0]), median_of(samples[name][1]))
+            for name, _, _ in targets]
+    overheads = {name: median_of(samples[name][2]) for name, _, _ in targets
+                 if samples[name][2] and samples[name][2][0]}
     direct = rows[0][1] if rows[0][0].startswith("direct") else None
     nginx_rps = rows[-1][2]["rps"] if rows[-1][0].startswith("nginx") else float("nan")
-    print(f"\nworkload {args.workload} ({len(body_text)} bytes), wrk {args.duration}, latency at -c1, "
+    print(f"\nworkload {args.workload} ({len(body_text)} bytes), {args.rounds} round(s) (medians), "
+          f"wrk {args.duration}, latency at -c1, "
           f"throughput at -c{args.conns}, router/nginx threads {args.router_threads}, "
           f"tokenizer {'yes' if args.tokenizer else 'no'}\n")
     print("| target | p50 µs | p99 µs | added p50 µs | added p99 µs | req/s | vs nginx | CPU µs/req | errors |")
