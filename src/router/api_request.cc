@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/image_affinity.h"
-#include "simdjson.h"
 
 namespace infera::router {
 namespace {
@@ -200,7 +199,8 @@ const char* ApiKindName(ApiKind kind) {
   return "chat";
 }
 
-absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body) {
+absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body,
+                                           std::optional<simdjson::dom::element>* dom) {
   ApiRequest req;
   req.kind = kind;
   thread_local simdjson::dom::parser shared_parser;
@@ -211,6 +211,7 @@ absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body) 
   if (parser->parse(body.data(), body.size()).get(doc) != simdjson::SUCCESS) {
     return Invalid("request body is not valid JSON");
   }
+  if (dom != nullptr && parser == &shared_parser) *dom = doc;
   object b;
   if (doc.get_object().get(b) != simdjson::SUCCESS) {
     return Invalid("request body must be a JSON object");

@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/types.h"
+#include "simdjson.h"
 
 namespace infera::router {
 
@@ -49,6 +50,11 @@ struct ApiRequest {
 };
 
 // Parses `body` for `kind`. REQUIRES: nothing; any input is handled.
-absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body);
+// When `dom` is given and the body is valid JSON of at most 4 MiB, *dom receives the
+// root element of the parse, so the caller can use the same parse again (the chat
+// template renders from it). It lives in this thread's parser: valid until the next
+// ParseApiRequest on the same thread — use it before any suspension point.
+absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body,
+                                           std::optional<simdjson::dom::element>* dom = nullptr);
 
 }  // namespace infera::router

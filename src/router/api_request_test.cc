@@ -99,5 +99,24 @@ TEST(ApiRequestTest, LargeBodyUsesItsOwnParser) {
   EXPECT_TRUE(small.ok());
 }
 
+TEST(ApiRequestTest, HandsOutTheParseForReuse) {
+  std::optional<simdjson::dom::element> dom;
+  auto r = ParseApiRequest(ApiKind::kChat,
+                           R"({"model":"m","messages":[{"role":"user","content":"hi"}]})", &dom);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(dom.has_value());
+  std::string_view model;
+  ASSERT_EQ((*dom)["model"].get(model), simdjson::SUCCESS);
+  EXPECT_EQ(model, "m");
+  // Invalid JSON hands out nothing; a body above the per-thread parser's limit neither.
+  std::optional<simdjson::dom::element> none;
+  EXPECT_FALSE(ParseApiRequest(ApiKind::kChat, "{", &none).ok());
+  EXPECT_FALSE(none.has_value());
+  std::string big = R"({"model":"m","messages":[{"role":"user","content":")" +
+                    std::string(5 << 20, 'a') + R"("}]})";
+  EXPECT_TRUE(ParseApiRequest(ApiKind::kChat, big, &none).ok());
+  EXPECT_FALSE(none.has_value());
+}
+
 }  // namespace
 }  // namespace infera::router

@@ -509,7 +509,10 @@ http::Awaitable<void> Router::Proxy(int kind_int, http::Request& req, http::Resp
     DurationSeries(outcome)->Observe(SecondsSince(start));
   };
 
-  auto parsed = ParseApiRequest(kind, req.body);
+  // One parse serves validation and the chat template: `dom` lives in this thread's
+  // parser and is used below before the first suspension point.
+  std::optional<simdjson::dom::element> dom;
+  auto parsed = ParseApiRequest(kind, req.body, &dom);
   const double parse_s = SecondsSince(start);
   if (!parsed.ok()) {
     final_status = 400;
@@ -539,9 +542,10 @@ http::Awaitable<void> Router::Proxy(int kind_int, http::Request& req, http::Resp
     if (kind == ApiKind::kCompletions && !api.prompt_text.empty()) {
       tokens = tokenizer_->Encode(api.prompt_text, true);
     } else if (kind != ApiKind::kCompletions && template_ && api.image_keys.empty()) {
-      // Render from the exact text the worker receives: object key order reaches the
-      // prompt through tojson, and nlohmann::json would sort the keys.
-      auto rendered = template_->RenderJson(upstream_body);
+      // Render from the exact body the worker receives (object key order reaches the
+      // prompt through tojson): the parse above for chat, the translation for messages.
+      auto rendered = kind == ApiKind::kChat && dom ? template_->RenderDom(*dom)
+                                                    : template_->RenderJson(upstream_body);
       if (rendered.ok()) {
         tokens = encoder_->Encode(*rendered);
       } else {

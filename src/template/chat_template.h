@@ -27,6 +27,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "simdjson.h"
 #include "template/template.h"
 
 namespace infera::chat {
@@ -48,6 +49,9 @@ class ChatTemplate {
   // order instead of the request's.
   absl::StatusOr<std::string> Render(const nlohmann::json& request_body,
                                      std::optional<std::tm> now = std::nullopt) const;
+  // Renders a request body already parsed by simdjson (key order is the document's).
+  absl::StatusOr<std::string> RenderDom(const simdjson::dom::element& request_body,
+                                        std::optional<std::tm> now = std::nullopt) const;
   // Parses the request body text (keeping key order) and renders it.
   absl::StatusOr<std::string> RenderJson(std::string_view request_body,
                                          std::optional<std::tm> now = std::nullopt) const;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 namespace infera::chat {
 namespace {
 
@@ -105,6 +107,23 @@ TEST(ChatTemplateTest, RepeatedKeysKeepFirstPositionAndLastValueLikePython) {
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_NE(out->find(R"("k2": 2, "k3": "last", "k4": 4)"), std::string::npos) << *out;
   EXPECT_EQ(out->find(R"("k3": 3)"), std::string::npos);
+}
+
+TEST(ChatTemplateTest, RenderDomEqualsRenderJson) {
+  ChatTemplate chat = MustLoad({{"chat_template",
+                                 "{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}"
+                                 "{{ tools | tojson }}"}});
+  const char* body = R"({"messages": [{"role": "user", "content": "caf\u00e9"}],
+                         "tools": [{"z": 1, "a": [true, null, 2.5]}]})";
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(body, std::strlen(body)).get(doc), simdjson::SUCCESS);
+  absl::StatusOr<std::string> from_dom = chat.RenderDom(doc);
+  absl::StatusOr<std::string> from_text = chat.RenderJson(body);
+  ASSERT_TRUE(from_dom.ok()) << from_dom.status();
+  ASSERT_TRUE(from_text.ok()) << from_text.status();
+  EXPECT_EQ(*from_dom, *from_text);
+  EXPECT_EQ(*from_dom, "user=caf\xc3\xa9;[{\"z\": 1, \"a\": [true, null, 2.5]}]");
 }
 
 TEST(ChatTemplateTest, BodiesSimdjsonRefusesStillRender) {
