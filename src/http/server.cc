@@ -118,7 +118,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   beast::flat_buffer buffer_;
   bool idle_ = true;
   bool keep_alive_ = true;
-  bool watching_ = false;
   // The disconnect watch of the request being handled (one read on the socket, no
   // coroutine). `writer` is cleared when the handler returns.
   std::shared_ptr<WatchState> watch_;
@@ -253,8 +252,7 @@ Awaitable<void> Connection::Run() {
 
     ResponseWriter writer(this);
     // Watch for a disconnect only when no pipelined bytes are already buffered.
-    watching_ = buffer_.size() == 0;
-    if (watching_) {
+    if (buffer_.size() == 0) {
       watch_ = std::make_shared<WatchState>();
       watch_->writer = &writer;
       Watch(watch_);
@@ -265,7 +263,7 @@ Awaitable<void> Connection::Run() {
     } catch (...) {
       error = std::current_exception();
     }
-    if (watching_) {
+    if (watch_) {
       // Detach the watch from `writer` (which dies with this iteration), cancel its
       // read, and yield once: the read's completion is queued before this post, so
       // it has run (and committed any pipelined bytes) when we resume.
@@ -274,7 +272,6 @@ Awaitable<void> Connection::Run() {
       beast::error_code cec;
       stream_.socket().cancel(cec);
       co_await asio::post(stream_.get_executor(), use_awaitable);
-      watching_ = false;
     }
     if (error) {
       try {
