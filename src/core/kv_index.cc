@@ -1066,6 +1066,10 @@ void KvIndex::Impl::Bisect(std::span<const BlockHash> chain, std::span<const Tar
   };
   const Probe first = probe(0);
   if (!first.any) return;  // nobody holds block 0
+  if (blocks > 1) {
+    table.prefetch(chain[blocks - 1]);
+    table.prefetch(chain[(blocks - 1) / 2]);
+  }
   bool ok = true;
   {
     const Probe last = blocks == 1 ? first : probe(blocks - 1);
@@ -1133,12 +1137,15 @@ void KvIndex::FindMatches(std::span<const BlockHash> chain, std::span<const Targ
   if (n > 0) std::memset(static_cast<void*>(out.data()), 0, n * sizeof(MatchCounts));
   if (n == 0 || chain.empty()) return;
   // The bisection's first probes are known now: their misses overlap the candidate
-  // pass below.
+  // pass below (for a few candidates that pass is too short to hide the two
+  // speculative ones, which a no-hit query would pay for; Bisect issues them then).
   const auto& table = impl_->table;
   const size_t blocks = chain.size();
   table.prefetch(chain[0]);
-  table.prefetch(chain[blocks - 1]);
-  table.prefetch(chain[(blocks - 1) / 2]);
+  if (n > 64) {
+    table.prefetch(chain[blocks - 1]);
+    table.prefetch(chain[(blocks - 1) / 2]);
+  }
   const uint8_t* mode = impl_->walk_mode.data();
   WalkScratch& s = Scratch();
   auto& last = s.last;
