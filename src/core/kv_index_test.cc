@@ -448,7 +448,8 @@ void RunDifferential(const DifferentialCase& c) {
       index.InsertRouterHashes(t, part, tier);
       model.Insert(t, part, tier);
     } else {
-      const std::span<const BlockHash> part(chain.data(), 1 + rng.Uniform(run + 1));
+      const size_t len = std::min(chain.size(), 1 + rng.Uniform(run + 1));
+      const std::span<const BlockHash> part(chain.data(), len);
       const Tier tier = rng.Uniform(2) ? Tier::kHost : Tier::kDisk;
       if (rng.Uniform(2)) {
         index.InsertRouterChain(t, 0, part, tier);
