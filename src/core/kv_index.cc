@@ -1,11 +1,16 @@
 #include "core/kv_index.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cassert>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <new>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -26,11 +31,19 @@ namespace {
 // ---------------------------------------------------------------------------------
 
 using Holders = uint64_t;
-constexpr uint32_t kMaxTargets = (1u << 27);
+// Target ids fit the 16-bit field of a holder word (doc/index.md "Holder words").
+constexpr uint32_t kMaxTargets = (1u << 16) - 1;
+// A holder's count of its own children (held blocks whose parent is this block)
+// saturates here; a target that would go past it loses its prefix-closed flag.
+constexpr uint32_t kMaxChildren = (1u << 12) - 1;
 
-constexpr uint32_t Encode(TargetId t, uint32_t tiers) { return ((t + 1) << 4) | (tiers << 1); }
-constexpr TargetId HolderTarget(uint32_t h) { return (h >> 4) - 1; }
+// Holder word: (target_id + 1) << 16 | children << 4 | tiers << 1; 0 = no holder.
+constexpr uint32_t Encode(TargetId t, uint32_t tiers, uint32_t children = 0) {
+  return ((t + 1) << 16) | (children << 4) | (tiers << 1);
+}
+constexpr TargetId HolderTarget(uint32_t h) { return (h >> 16) - 1; }
 constexpr uint32_t HolderTiers(uint32_t h) { return (h >> 1) & 7u; }
+constexpr uint32_t HolderChildren(uint32_t h) { return (h >> 4) & kMaxChildren; }
 constexpr uint32_t TierBit(Tier tier) { return 1u << static_cast<uint32_t>(tier); }
 
 // A set switches to bitset planes above kDenseAbove holders and back to a sorted
@@ -41,35 +54,42 @@ constexpr uint32_t kSparseBelow = 16;
 struct HolderSet {
   uint32_t count = 0;  // holders
   bool dense = false;
-  // Sparse: encoded holders sorted by target id.
+  // Sparse: holder words sorted by target id.
   std::vector<uint32_t> sparse;
-  // Dense: three planes (device, host, disk) of `words` 64-bit words each.
+  // Dense: three planes (device, host, disk) of `words` 64-bit words each, and the
+  // children count of every target id below words * 64.
   uint32_t words = 0;
   std::unique_ptr<uint64_t[]> planes;
+  std::unique_ptr<uint16_t[]> children;
 
   uint64_t* plane(int tier) { return planes.get() + static_cast<size_t>(tier) * words; }
   const uint64_t* plane(int tier) const { return planes.get() + static_cast<size_t>(tier) * words; }
-  uint32_t Tiers(TargetId t) const {
+  // The target's holder word, 0 when it does not hold the block.
+  uint32_t Get(TargetId t) const {
     if (!dense) {
-      const uint32_t probe = Encode(t, 0);
-      auto it = std::lower_bound(sparse.begin(), sparse.end(), probe);
-      if (it != sparse.end() && HolderTarget(*it) == t) return HolderTiers(*it);
+      auto it = std::lower_bound(sparse.begin(), sparse.end(), Encode(t, 0));
+      if (it != sparse.end() && HolderTarget(*it) == t) return *it;
       return 0;
     }
     const uint32_t w = t >> 6;
     if (w >= words) return 0;
     const uint64_t bit = uint64_t{1} << (t & 63);
-    return ((plane(0)[w] & bit) ? 1u : 0u) | ((plane(1)[w] & bit) ? 2u : 0u) |
-           ((plane(2)[w] & bit) ? 4u : 0u);
+    const uint32_t tiers = ((plane(0)[w] & bit) ? 1u : 0u) | ((plane(1)[w] & bit) ? 2u : 0u) |
+                           ((plane(2)[w] & bit) ? 4u : 0u);
+    return tiers ? Encode(t, tiers, children[t]) : 0;
   }
   void GrowPlanes(uint32_t new_words) {
     auto fresh = std::make_unique<uint64_t[]>(3 * static_cast<size_t>(new_words));
     std::memset(fresh.get(), 0, 3 * sizeof(uint64_t) * new_words);
+    auto fresh_children = std::make_unique<uint16_t[]>(64 * static_cast<size_t>(new_words));
+    std::memset(fresh_children.get(), 0, 64 * sizeof(uint16_t) * new_words);
     for (int p = 0; p < 3 && words > 0; ++p) {
       std::memcpy(fresh.get() + static_cast<size_t>(p) * new_words, plane(p),
                   sizeof(uint64_t) * words);
     }
+    if (words > 0) std::memcpy(fresh_children.get(), children.get(), 64 * sizeof(uint16_t) * words);
     planes = std::move(fresh);
+    children = std::move(fresh_children);
     words = new_words;
   }
   void ToDense() {
@@ -77,8 +97,9 @@ struct HolderSet {
     for (uint32_t h : sparse) max_t = std::max(max_t, HolderTarget(h));
     words = 0;
     planes.reset();
+    children.reset();
     GrowPlanes(max_t / 64 + 1);
-    for (uint32_t h : sparse) SetDense(HolderTarget(h), HolderTiers(h));
+    for (uint32_t h : sparse) PutDense(HolderTarget(h), h);
     sparse.clear();
     sparse.shrink_to_fit();
     dense = true;
@@ -91,18 +112,20 @@ struct HolderSet {
       while (any) {
         const TargetId t = w * 64 + std::countr_zero(any);
         any &= any - 1;
-        out.push_back(Encode(t, Tiers(t)));
+        out.push_back(Get(t));
       }
     }
     dense = false;
     planes.reset();
+    children.reset();
     words = 0;
     sparse = std::move(out);
   }
-  void SetDense(TargetId t, uint32_t tiers) {
+  void PutDense(TargetId t, uint32_t word) {
     const uint32_t w = t >> 6;
     if (w >= words) GrowPlanes(w + 1);
     const uint64_t bit = uint64_t{1} << (t & 63);
+    const uint32_t tiers = HolderTiers(word);
     for (int p = 0; p < 3; ++p) {
       if (tiers & (1u << p)) {
         plane(p)[w] |= bit;
@@ -110,28 +133,28 @@ struct HolderSet {
         plane(p)[w] &= ~bit;
       }
     }
+    children[t] = static_cast<uint16_t>(tiers ? HolderChildren(word) : 0);
   }
-  // Sets the target's tiers (0 removes it); keeps `count` right.
-  void Set(TargetId t, uint32_t tiers) {
-    const uint32_t old = Tiers(t);
-    if (old == tiers) return;
+  // Sets the target's holder word (0 removes it); keeps `count` right.
+  void Put(TargetId t, uint32_t word) {
+    const uint32_t old = Get(t);
+    if (old == word) return;
     if (dense) {
-      SetDense(t, tiers);
+      PutDense(t, word);
     } else {
-      const uint32_t probe = Encode(t, 0);
-      auto it = std::lower_bound(sparse.begin(), sparse.end(), probe);
+      auto it = std::lower_bound(sparse.begin(), sparse.end(), Encode(t, 0));
       if (old != 0) {
-        if (tiers == 0) {
+        if (word == 0) {
           sparse.erase(it);
         } else {
-          *it = Encode(t, tiers);
+          *it = word;
         }
       } else {
-        sparse.insert(it, Encode(t, tiers));
+        sparse.insert(it, word);
       }
     }
     if (old == 0) ++count;
-    if (tiers == 0) --count;
+    if (word == 0) --count;
     if (!dense && count > kDenseAbove) ToDense();
     if (dense && count < kSparseBelow) ToSparse();
   }
@@ -143,21 +166,23 @@ uint32_t Lo(Holders v) { return static_cast<uint32_t>(v); }
 uint32_t Hi(Holders v) { return static_cast<uint32_t>(v >> 32); }
 Holders MakeInline(uint32_t lo, uint32_t hi) { return uint64_t{lo} | (uint64_t{hi} << 32); }
 
-uint32_t TiersOf(Holders v, TargetId t) {
-  if (IsHeap(v)) return Heap(v)->Tiers(t);
+// The target's holder word in `v`, 0 when it does not hold the block.
+uint32_t Get(Holders v, TargetId t) {
+  if (IsHeap(v)) return Heap(v)->Get(t);
   const uint32_t lo = Lo(v), hi = Hi(v);
-  if (lo != 0 && HolderTarget(lo) == t) return HolderTiers(lo);
-  if (hi != 0 && HolderTarget(hi) == t) return HolderTiers(hi);
+  if (lo != 0 && HolderTarget(lo) == t) return lo;
+  if (hi != 0 && HolderTarget(hi) == t) return hi;
   return 0;
 }
+uint32_t TiersOf(Holders v, TargetId t) { return HolderTiers(Get(v, t)); }
 
-// Sets the target's tiers in `v` (0 removes the target), moving between the inline
-// and heap forms. Returns false when `v` no longer has any holder (the caller erases
-// the entry).
-bool SetTiers(Holders& v, TargetId t, uint32_t tiers) {
+// Sets the target's holder word in `v` (0 removes the target), moving between the
+// inline and heap forms. Returns false when `v` no longer has any holder (the caller
+// erases the row).
+bool Put(Holders& v, TargetId t, uint32_t word) {
   if (IsHeap(v)) {
     HolderSet* set = Heap(v);
-    set->Set(t, tiers);
+    set->Put(t, word);
     if (set->count <= 2) {
       if (set->dense) set->ToSparse();
       const uint32_t lo = set->count > 0 ? set->sparse[0] : 0;
@@ -169,17 +194,17 @@ bool SetTiers(Holders& v, TargetId t, uint32_t tiers) {
   }
   uint32_t lo = Lo(v), hi = Hi(v);
   if (lo != 0 && HolderTarget(lo) == t) {
-    lo = tiers ? Encode(t, tiers) : 0;
+    lo = word;
   } else if (hi != 0 && HolderTarget(hi) == t) {
-    hi = tiers ? Encode(t, tiers) : 0;
-  } else if (tiers != 0) {
+    hi = word;
+  } else if (word != 0) {
     if (lo == 0) {
-      lo = Encode(t, tiers);
+      lo = word;
     } else if (hi == 0) {
-      hi = Encode(t, tiers);
+      hi = word;
     } else {
       auto* set = new HolderSet();
-      set->sparse = {lo, hi, Encode(t, tiers)};
+      set->sparse = {lo, hi, word};
       std::sort(set->sparse.begin(), set->sparse.end());
       set->count = 3;
       assert((reinterpret_cast<uintptr_t>(set) & 1) == 0);
@@ -191,24 +216,96 @@ bool SetTiers(Holders& v, TargetId t, uint32_t tiers) {
   return v != 0;
 }
 
+// Allocator of the global table: blocks of 4 MiB and more are 2 MiB-aligned and
+// marked for transparent huge pages, so a probe of a 10M-row table is one cache miss
+// rather than a miss plus a page walk (one TLB entry covers 2 MiB instead of 4 KiB).
+// Smaller blocks come from the usual allocator.
+template <typename T>
+struct HugePageAllocator {
+  using value_type = T;
+  static constexpr size_t kHugePage = size_t{2} << 20;
+  HugePageAllocator() = default;
+  template <typename U>
+  HugePageAllocator(const HugePageAllocator<U>&) {}
+  static bool Huge(size_t n) { return n * sizeof(T) >= 2 * kHugePage; }
+  T* allocate(size_t n) {
+    if (!Huge(n)) return std::allocator<T>().allocate(n);
+    const size_t bytes = (n * sizeof(T) + kHugePage - 1) / kHugePage * kHugePage;
+    void* p = std::aligned_alloc(kHugePage, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without THP, ordinary pages
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) {
+    if (!Huge(n)) {
+      std::allocator<T>().deallocate(p, n);
+    } else {
+      std::free(p);
+    }
+  }
+  friend bool operator==(const HugePageAllocator&, const HugePageAllocator&) { return true; }
+};
+
+// One row of the global table: who holds the block, and the block's parent in its
+// chain (0: a chain root, or not known because the block came in without a parent).
+struct Row {
+  Holders holders = 0;
+  BlockHash parent = 0;
+};
+
 void FreeHolders(Holders v) {
   if (IsHeap(v)) delete Heap(v);
 }
 
-// How far ahead of the walk the table lookups are prefetched.
+// How far ahead of the linear walk the table lookups are prefetched.
 constexpr size_t kPrefetchDistance = 24;
 // The walk keeps the still-matching candidates as a list (not a bitset) at or
 // below this many.
 constexpr size_t kSmallList = 4;
 
 struct WalkScratch {
-  std::vector<uint64_t> still;    // bitset over target ids (wide mode)
-  std::vector<uint64_t> planes;   // a sparse row's holders as 3 bitsets (wide mode)
-  std::vector<uint32_t> pos_of;   // target id -> candidate position
-  std::vector<uint32_t> run;      // candidate position -> consecutive hits
-  std::vector<uint32_t> small;    // candidate positions still matching (small mode)
+  // Linear walk.
+  std::vector<uint64_t> still;   // bitset over target ids (wide mode)
+  std::vector<uint64_t> planes;  // a sparse row's holders as 3 bitsets (wide mode)
+  std::vector<uint32_t> pos_of;  // target id -> candidate position
+  std::vector<uint32_t> run;     // candidate position -> consecutive hits
+  std::vector<uint32_t> small;   // candidate positions still matching (small mode)
+  // Bisection.
+  std::vector<uint64_t> fast;         // bitset over target ids of the bisected candidates
+  std::vector<uint32_t> fast_pos_of;  // target id -> candidate position
+  std::vector<uint64_t> pool;         // one holder bitset per probe
+  struct Probe {
+    uint32_t index;  // chain position
+    bool any;        // some bisected candidate holds it
+    uint32_t bits;   // offset of its bitset in `pool`
+  };
+  struct Segment {
+    Probe lo, hi;
+  };
+  std::vector<Segment> frontier, next;
+  // Candidates of each kind, and the linear walk's results for its subset.
+  std::vector<uint32_t> fast_list, slow_list;
+  std::vector<TargetId> fast_ids, slow_ids;
+  std::vector<MatchCounts> slow_out;
   std::vector<BlockHash> hashes;  // ApplyStored's router hashes
+  // The previous call's candidate set (routers ask about the same pool again and
+  // again): its summary, and whether fast/fast_pos_of still describe it.
+  struct {
+    uint64_t instance = 0;
+    uint64_t generation = 0;
+    std::vector<TargetId> ids;
+    TargetId max_t = 0;
+    uint32_t modes_or = 0;
+    bool bisect_ready = false;
+  } last;
 };
+
+// Distinguishes indexes for the per-thread candidate cache (an index at the address
+// of a destroyed one is a different instance).
+uint64_t NextInstance() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 WalkScratch& Scratch() {
   // Per thread, so concurrent readers (under a shared lock) do not race.
@@ -224,22 +321,57 @@ struct KvIndex::Impl {
     size_t block_size = 0;
     bool live = false;
     size_t block_count = 0;  // distinct router hashes held on any tier
+    // (target, hash) entries holding each tier.
+    size_t tier_entries[kTierCount] = {0, 0, 0};
+    // Prefix-closed (doc/index.md "Prefix-closed views"): every block the target
+    // holds is a chain root or its parent is held by the target too, and every
+    // holder word's children count is exact. Cleared by anything that may break
+    // that; set again when the target is emptied.
+    bool closed = true;
     absl::flat_hash_map<BlockHash, BlockHash> engine_to_router;
     // Whether some router hashes were inserted without an engine mapping
     // (InsertRouterHashes, count mismatches) since the last clear: then a clear must
     // scan the whole table instead of visiting the map's values. A list of them would
     // cost 8-16 bytes per entry; clearing such a target is rare.
     bool has_unmapped = false;
+    // Blocks still to apply before the next attempt to prove the view prefix-closed
+    // again after it lost the flag (Recheck).
+    size_t recheck_in = 0;
+
+    // Whether the walk may bisect this target: prefix-closed, and every block held
+    // on the same single tier (so the run's tier split is the run itself).
+    bool Bisectable() const {
+      if (!closed) return false;
+      int tiers = 0;
+      for (size_t n : tier_entries) tiers += n > 0;
+      return tiers <= 1;
+    }
+    uint32_t OnlyTier() const {
+      for (uint32_t p = 0; p < kTierCount; ++p) {
+        if (tier_entries[p] > 0) return p;
+      }
+      return 0;
+    }
   };
 
-  absl::flat_hash_map<BlockHash, Holders> table;
+  absl::flat_hash_map<BlockHash, Row, absl::Hash<BlockHash>, std::equal_to<BlockHash>,
+                      HugePageAllocator<std::pair<const BlockHash, Row>>>
+      table;
   std::vector<Target> targets;
+  // Per target id, how FindMatches answers for it: kWalk, or bisection with every
+  // hit on tier `mode` (kept next to each other so the walk reads one byte per
+  // candidate).
+  static constexpr uint8_t kWalk = 3;
+  std::vector<uint8_t> walk_mode;
+  // Bumped whenever a walk mode changes or a target goes (FindMatches' cache).
+  uint64_t mode_generation = 0;
+  const uint64_t instance = NextInstance();
   std::vector<TargetId> free_ids;
   absl::flat_hash_map<std::pair<std::string, uint32_t>, TargetId> by_key;
   size_t entries = 0;
 
   ~Impl() {
-    for (auto& [hash, holders] : table) FreeHolders(holders);
+    for (auto& [hash, row] : table) FreeHolders(row.holders);
   }
 
   Target* Live(TargetId id) {
@@ -249,19 +381,115 @@ struct KvIndex::Impl {
     return id < targets.size() && targets[id].live ? &targets[id] : nullptr;
   }
 
-  // Adds `tier` for (id, hash). Returns true when the target did not hold the hash on
-  // any tier before.
-  bool AddTier(TargetId id, Target& t, BlockHash hash, uint32_t tier_bit) {
-    Holders& v = table.try_emplace(hash, Holders{0}).first->second;
-    const uint32_t old = TiersOf(v, id);
-    if (old & tier_bit) return false;
-    SetTiers(v, id, old | tier_bit);
-    if (old == 0) {
-      ++t.block_count;
-      ++entries;
+  void Refresh(TargetId id) {
+    const Target& t = targets[id];
+    const uint8_t mode = t.Bisectable() ? static_cast<uint8_t>(t.OnlyTier()) : kWalk;
+    if (walk_mode[id] != mode) ++mode_generation;
+    walk_mode[id] = mode;
+  }
+
+  // After `applied` more blocks of the event path: a target that lost the
+  // prefix-closed flag tries to prove it again once it has applied as many blocks
+  // as 4x its size (so the proof, two lookups per held block, costs at most half a
+  // lookup per applied block).
+  // Targets above this many blocks are not rechecked (one proof would hold the
+  // writer for too long); they are walked until cleared.
+  static constexpr size_t kMaxRecheckBlocks = size_t{1} << 16;
+  void AfterEvent(TargetId id, Target& t, bool was_closed, size_t applied) {
+    if (was_closed && !t.closed) {
+      t.recheck_in = 4 * t.block_count + 64;
+    } else {
+      MaybeRecheck(id, t, applied);
+    }
+    Refresh(id);
+  }
+  void MaybeRecheck(TargetId id, Target& t, size_t applied) {
+    if (t.closed || t.has_unmapped || t.block_count > kMaxRecheckBlocks) return;
+    if (t.recheck_in > applied) {
+      t.recheck_in -= applied;
+      return;
+    }
+    Recheck(id, t);
+    if (!t.closed) t.recheck_in = 4 * t.block_count + 64;
+  }
+
+  // Proves the view prefix-closed from scratch, or leaves it not closed: every held
+  // block's parent (its row's) must be held by the target; the children counts are
+  // recomputed. Needs every held block in the engine map exactly once.
+  void Recheck(TargetId id, Target& t) {
+    if (t.has_unmapped || t.engine_to_router.size() != t.block_count) return;
+    for (const auto& [engine, router] : t.engine_to_router) {
+      auto it = table.find(router);
+      if (it == table.end()) return;
+      const uint32_t w = Get(it->second.holders, id);
+      if (w == 0) return;
+      Put(it->second.holders, id, w & ~(kMaxChildren << 4));
+    }
+    for (const auto& [engine, router] : t.engine_to_router) {
+      const BlockHash parent = table.find(router)->second.parent;
+      if (parent == 0) continue;
+      auto p = table.find(parent);
+      const uint32_t w = p == table.end() ? 0 : Get(p->second.holders, id);
+      if (w == 0 || HolderChildren(w) == kMaxChildren) return;  // an orphan, or saturated
+      Put(p->second.holders, id, w + (1u << 4));
+    }
+    t.closed = true;
+  }
+
+  // One more child of `parent_row` held by the target (a new entry whose parent is
+  // that row). Clears `closed` when the parent is not held or the count saturates.
+  static void AddChild(TargetId id, Target& t, Row* parent_row) {
+    if (!t.closed) return;
+    const uint32_t w = parent_row ? Get(parent_row->holders, id) : 0;
+    if (w == 0 || HolderChildren(w) == kMaxChildren) {
+      t.closed = false;
+      return;
+    }
+    Put(parent_row->holders, id, w + (1u << 4));
+  }
+
+  // Adds `tier_bit` for (id, hash). `parent` is the block's parent when `linked`
+  // (0 = chain root); `parent_row` is its row when the caller has it (else looked
+  // up). Returns true when the target did not hold the hash on any tier before.
+  // REQUIRES: no rehash of `table` can happen while `parent_row` is used (callers
+  // reserve).
+  bool AddTier(TargetId id, Target& t, BlockHash hash, uint32_t tier_bit, bool linked,
+               BlockHash parent, Row* parent_row, Row** row_out = nullptr) {
+    auto [it, inserted] = table.try_emplace(hash, Row{0, linked ? parent : 0});
+    Row& row = it->second;
+    if (row_out) *row_out = &row;
+    const uint32_t old = Get(row.holders, id);
+    const uint32_t old_tiers = HolderTiers(old);
+    if (old_tiers & tier_bit) return false;
+    ++t.tier_entries[std::countr_zero(tier_bit)];
+    if (old != 0) {
+      Put(row.holders, id, old | (tier_bit << 1));
+      return false;
+    }
+    Put(row.holders, id, Encode(id, tier_bit));
+    ++t.block_count;
+    ++entries;
+    if (!t.closed) return true;
+    if (!linked) {
+      t.closed = false;
       return true;
     }
-    return false;
+    // The row's parent is a property of the block; an unknown one (0: the row came
+    // in unlinked) is learnt now. A row that disagrees can only be a hash collision
+    // or inconsistent input: the target stops being bisected.
+    if (row.parent == 0 && parent != 0) row.parent = parent;
+    if (row.parent != parent) {
+      t.closed = false;
+      return true;
+    }
+    if (parent != 0) {
+      if (parent_row == nullptr) {
+        auto p = table.find(parent);
+        parent_row = p == table.end() ? nullptr : &p->second;
+      }
+      AddChild(id, t, parent_row);
+    }
+    return true;
   }
 
   // Drops `tier_mask` tiers of (id, hash). Returns (tiers dropped, tiers left).
@@ -269,28 +497,52 @@ struct KvIndex::Impl {
                                           uint32_t tier_mask) {
     auto it = table.find(hash);
     if (it == table.end()) return {0, 0};
-    const uint32_t old = TiersOf(it->second, id);
-    const uint32_t dropped = old & tier_mask;
-    if (dropped == 0) return {0, old};
-    const uint32_t left = old & ~tier_mask;
-    if (!SetTiers(it->second, id, left)) table.erase(it);
-    if (left == 0) {
-      --t.block_count;
-      --entries;
+    Row& row = it->second;
+    const uint32_t old = Get(row.holders, id);
+    const uint32_t old_tiers = HolderTiers(old);
+    const uint32_t dropped = old_tiers & tier_mask;
+    if (dropped == 0) return {0, old_tiers};
+    const uint32_t left = old_tiers & ~tier_mask;
+    for (uint32_t p = 0; p < kTierCount; ++p) {
+      if (dropped & (1u << p)) --t.tier_entries[p];
     }
+    if (left != 0) {
+      Put(row.holders, id, (old & ~(7u << 1)) | (left << 1));
+      return {dropped, left};
+    }
+    --t.block_count;
+    --entries;
+    if (t.closed) {
+      // The entry goes: its own children would be orphans; its parent has one
+      // child fewer.
+      if (HolderChildren(old) > 0) {
+        t.closed = false;
+      } else if (row.parent != 0) {
+        auto p = table.find(row.parent);
+        const uint32_t w = p == table.end() ? 0 : Get(p->second.holders, id);
+        if (w == 0 || HolderChildren(w) == 0) {
+          t.closed = false;
+        } else {
+          Put(p->second.holders, id, w - (1u << 4));
+        }
+      }
+    }
+    if (!Put(row.holders, id, 0)) table.erase(it);
     return {dropped, left};
   }
 
   void Clear(TargetId id, Target& t) {
+    t.closed = false;  // no children bookkeeping while everything goes
     if (t.has_unmapped) {
       for (auto it = table.begin(); it != table.end();) {
-        if (TiersOf(it->second, id) == 0) {
+        const uint32_t w = Get(it->second.holders, id);
+        if (w == 0) {
           ++it;
           continue;
         }
         --t.block_count;
         --entries;
-        if (SetTiers(it->second, id, 0)) {
+        if (Put(it->second.holders, id, 0)) {
           ++it;
         } else {
           table.erase(it++);
@@ -304,9 +556,57 @@ struct KvIndex::Impl {
     t.has_unmapped = false;
     assert(t.block_count == 0);
     t.block_count = 0;
+    for (size_t& n : t.tier_entries) n = 0;
+    t.closed = true;  // empty: trivially prefix-closed
+    Refresh(id);
     // Give memory back when the table is mostly empty (a large target left).
     if (table.capacity() > 1024 && table.size() < table.capacity() / 8) table.rehash(0);
   }
+
+  // Inserts the chain `router` continuing `parent` (0 = a root) on `tier_bit`;
+  // maps engine_hashes[i] -> router[i] when `engine_hashes` is not null. Returns
+  // whether some block was newly held without a mapping.
+  void InsertChain(TargetId id, Target& t, BlockHash parent, std::span<const BlockHash> router,
+                   uint32_t tier_bit, const std::span<const BlockHash>* engine_hashes) {
+    // No rehash inside the loop: the previous block's row pointer stays valid.
+    table.reserve(table.size() + router.size());
+    for (BlockHash h : router) table.prefetch(h);
+    if (engine_hashes != nullptr) {
+      t.engine_to_router.reserve(t.engine_to_router.size() + router.size());
+      for (BlockHash e : *engine_hashes) t.engine_to_router.prefetch(e);
+    }
+    Row* parent_row = nullptr;
+    if (parent != 0 && t.closed) {
+      auto p = table.find(parent);
+      if (p != table.end()) parent_row = &p->second;
+    }
+    for (size_t i = 0; i < router.size(); ++i) {
+      Row* row = nullptr;
+      const bool fresh =
+          AddTier(id, t, router[i], tier_bit, /*linked=*/true, parent, parent_row, &row);
+      if (engine_hashes != nullptr) {
+        t.engine_to_router.insert_or_assign((*engine_hashes)[i], router[i]);
+      } else if (fresh) {
+        t.has_unmapped = true;
+      }
+      parent = router[i];
+      parent_row = row;
+    }
+  }
+
+  // Prefetches the rows of the bisection's next `depth` levels below (lo, hi).
+  void PrefetchMids(std::span<const BlockHash> chain, uint32_t lo, uint32_t hi, int depth) const {
+    if (depth == 0 || hi - lo <= 1) return;
+    const uint32_t mid = (lo + hi) / 2;
+    table.prefetch(chain[mid]);
+    PrefetchMids(chain, lo, mid, depth - 1);
+    PrefetchMids(chain, mid, hi, depth - 1);
+  }
+  void LinearWalk(std::span<const BlockHash> chain, std::span<const TargetId> candidates,
+                  std::span<MatchCounts> out) const;
+  void Bisect(std::span<const BlockHash> chain, std::span<const TargetId> candidates,
+              std::span<const uint32_t> positions, std::span<MatchCounts> out, TargetId max_t,
+              bool all_device, bool setup_cached = false) const;
 };
 
 KvIndex::KvIndex() : impl_(std::make_unique<Impl>()) {}
@@ -325,7 +625,8 @@ TargetId KvIndex::AddTarget(const TargetKey& key, size_t block_size) {
     impl_->free_ids.pop_back();
   } else {
     id = static_cast<TargetId>(impl_->targets.size());
-    if (id >= kMaxTargets) std::abort();  // 134M live targets: can't happen
+    // 65535 live targets (the holder word's 16-bit field): far past any fleet.
+    if (id >= kMaxTargets) std::abort();
     impl_->targets.emplace_back();
   }
   Impl::Target& t = impl_->targets[id];
@@ -333,6 +634,11 @@ TargetId KvIndex::AddTarget(const TargetKey& key, size_t block_size) {
   t.block_size = block_size;
   t.live = true;
   t.block_count = 0;
+  t.closed = true;
+  t.has_unmapped = false;
+  for (size_t& n : t.tier_entries) n = 0;
+  if (impl_->walk_mode.size() <= id) impl_->walk_mode.resize(id + 1);
+  impl_->Refresh(id);
   it->second = id;
   return id;
 }
@@ -362,6 +668,7 @@ void KvIndex::RemoveTarget(TargetId id) {
   t->live = false;
   t->key = TargetKey{};
   impl_->free_ids.push_back(id);
+  ++impl_->mode_generation;
 }
 
 std::vector<TargetId> KvIndex::Targets() const {
@@ -386,22 +693,10 @@ StoreOutcome KvIndex::ApplyStored(TargetId id, std::optional<BlockHash> parent_e
   std::vector<BlockHash>& router = Scratch().hashes;
   router.clear();
   AppendChain(tokens, t->block_size, parent, router);
-  // Prefetch every slot first so the inserts' cache misses overlap.
-  for (BlockHash h : router) impl_->table.prefetch(h);
-  const uint32_t bit = TierBit(tier);
   const bool mapped = engine_hashes.size() == router.size();
-  if (mapped) {
-    t->engine_to_router.reserve(t->engine_to_router.size() + router.size());
-    for (BlockHash e : engine_hashes) t->engine_to_router.prefetch(e);
-  }
-  for (size_t i = 0; i < router.size(); ++i) {
-    const bool fresh = impl_->AddTier(id, *t, router[i], bit);
-    if (mapped) {
-      t->engine_to_router.insert_or_assign(engine_hashes[i], router[i]);
-    } else if (fresh) {
-      t->has_unmapped = true;
-    }
-  }
+  const bool was_closed = t->closed;
+  impl_->InsertChain(id, *t, parent, router, TierBit(tier), mapped ? &engine_hashes : nullptr);
+  impl_->AfterEvent(id, *t, was_closed, router.size());
   return mapped ? StoreOutcome::kOk : StoreOutcome::kCountMismatch;
 }
 
@@ -415,16 +710,28 @@ RemoveResult KvIndex::ApplyRemoved(TargetId id, std::span<const BlockHash> engin
   }
   const uint32_t bit = TierBit(tier);
   auto& map = t->engine_to_router;
-  // In chunks, three passes so the two dependent cache misses of each block (engine
-  // map, then table) overlap across the chunk: prefetch the map rows; read them and
-  // prefetch the table rows; apply.
+  auto& table = impl_->table;
+  const bool was_closed = t->closed;
+  // In chunks, passes so the dependent cache misses of each block (engine map, its
+  // table row, the parent's row) overlap across the chunk: prefetch the map rows;
+  // read them and prefetch the table rows; read those and prefetch the parents'
+  // rows; apply.
   constexpr size_t kChunk = 32;
+  BlockHash routers[kChunk];
   for (size_t start = 0; start < engine_hashes.size(); start += kChunk) {
     const auto chunk = engine_hashes.subspan(start, std::min(kChunk, engine_hashes.size() - start));
     for (BlockHash engine : chunk) map.prefetch(engine);
-    for (BlockHash engine : chunk) {
-      auto it = map.find(engine);
-      if (it != map.end()) impl_->table.prefetch(it->second);
+    for (size_t i = 0; i < chunk.size(); ++i) {
+      auto it = map.find(chunk[i]);
+      routers[i] = it == map.end() ? 0 : it->second;
+      if (it != map.end()) table.prefetch(it->second);
+    }
+    if (t->closed) {
+      for (size_t i = 0; i < chunk.size(); ++i) {
+        if (routers[i] == 0) continue;
+        auto row = table.find(routers[i]);
+        if (row != table.end() && row->second.parent != 0) table.prefetch(row->second.parent);
+      }
     }
     for (size_t i = 0; i < chunk.size(); ++i) {
       auto it = map.find(chunk[i]);
@@ -437,6 +744,7 @@ RemoveResult KvIndex::ApplyRemoved(TargetId id, std::span<const BlockHash> engin
       if (left == 0) map.erase(it);
     }
   }
+  impl_->AfterEvent(id, *t, was_closed, engine_hashes.size());
   return result;
 }
 
@@ -456,8 +764,19 @@ void KvIndex::InsertRouterHashes(TargetId id, std::span<const BlockHash> router_
     if (i + kPrefetchDistance < router_hashes.size()) {
       impl_->table.prefetch(router_hashes[i + kPrefetchDistance]);
     }
-    if (impl_->AddTier(id, *t, router_hashes[i], bit)) t->has_unmapped = true;
+    if (impl_->AddTier(id, *t, router_hashes[i], bit, /*linked=*/false, 0, nullptr)) {
+      t->has_unmapped = true;
+    }
   }
+  impl_->Refresh(id);
+}
+
+void KvIndex::InsertRouterChain(TargetId id, BlockHash parent_router_hash,
+                                std::span<const BlockHash> router_hashes, Tier tier) {
+  Impl::Target* t = impl_->Live(id);
+  if (t == nullptr) return;
+  impl_->InsertChain(id, *t, parent_router_hash, router_hashes, TierBit(tier), nullptr);
+  impl_->Refresh(id);
 }
 
 size_t KvIndex::RemoveRouterHashes(TargetId id, std::span<const BlockHash> router_hashes,
@@ -468,19 +787,20 @@ size_t KvIndex::RemoveRouterHashes(TargetId id, std::span<const BlockHash> route
   for (BlockHash h : router_hashes) {
     if (impl_->DropTiers(id, *t, h, TierBit(tier)).first) ++removed;
   }
+  impl_->Refresh(id);
   return removed;
 }
 
-void KvIndex::FindMatches(std::span<const BlockHash> chain, std::span<const TargetId> candidates,
-                          std::span<MatchCounts> out) const {
+// The exact walk (doc/index.md "The linear walk"): one lookup per block of the
+// longest candidate run. REQUIRES: out is zeroed, candidates non-empty.
+void KvIndex::Impl::LinearWalk(std::span<const BlockHash> chain,
+                               std::span<const TargetId> candidates,
+                               std::span<MatchCounts> out) const {
   const size_t n = candidates.size();
-  assert(out.size() == n);
-  for (auto& m : out) m = MatchCounts{};
-  if (n == 0 || chain.empty()) return;
 
   WalkScratch& s = Scratch();
   s.run.assign(n, 0);
-  const auto& table = impl_->table;
+
   const size_t blocks = chain.size();
   for (size_t i = 0; i < blocks && i < kPrefetchDistance; ++i) table.prefetch(chain[i]);
 
@@ -521,7 +841,7 @@ void KvIndex::FindMatches(std::span<const BlockHash> chain, std::span<const Targ
     if (b + kPrefetchDistance < blocks) table.prefetch(chain[b + kPrefetchDistance]);
     auto it = table.find(chain[b]);
     if (it == table.end()) break;
-    const Holders v = it->second;
+    const Holders v = it->second.holders;
     const HolderSet* set = IsHeap(v) ? Heap(v) : nullptr;
     if (set != nullptr) {
       // Planes of the row's holders: the set's own when dense; a sparse set's
@@ -631,7 +951,7 @@ void KvIndex::FindMatches(std::span<const BlockHash> chain, std::span<const Targ
       if (b + kPrefetchDistance < blocks) table.prefetch(chain[b + kPrefetchDistance]);
       auto it = table.find(chain[b]);
       if (it == table.end()) break;
-      const Holders v = it->second;
+      const Holders v = it->second.holders;
       for (size_t i = 0; i < s.small.size();) {
         const uint32_t pos = s.small[i];
         const uint32_t tiers = TiersOf(v, candidates[pos]);
@@ -653,6 +973,231 @@ void KvIndex::FindMatches(std::span<const BlockHash> chain, std::span<const Targ
   }
 }
 
+// Bisection over the chain for prefix-closed, single-tier candidates (doc/index.md
+// "The bisection"). positions[k] is candidates[k]'s slot in `out` (empty: k);
+// max_t is the largest candidate id; all_device: every candidate bisects on device.
+// REQUIRES: out is zeroed; every candidate is Bisectable(); candidates non-empty.
+void KvIndex::Impl::Bisect(std::span<const BlockHash> chain, std::span<const TargetId> candidates,
+                           std::span<const uint32_t> positions, std::span<MatchCounts> out,
+                           TargetId max_t, bool all_device, bool setup_cached) const {
+  using Probe = WalkScratch::Probe;
+  using Segment = WalkScratch::Segment;
+  WalkScratch& s = Scratch();
+  const uint32_t blocks = static_cast<uint32_t>(chain.size());
+  const uint32_t words = max_t / 64 + 1;
+  const size_t n = candidates.size();
+  if (!setup_cached) {
+    s.fast.assign(words, 0);
+    if (s.fast_pos_of.size() <= max_t) s.fast_pos_of.resize(max_t + 1);
+  }
+  uint64_t* fast = s.fast.data();
+  uint32_t* pos_of = s.fast_pos_of.data();
+  if (setup_cached) {
+    // fast / pos_of are the previous call's, for the same candidates.
+  } else if (positions.empty()) {
+    for (size_t k = 0; k < n; ++k) {
+      const TargetId t = candidates[k];
+      fast[t >> 6] |= uint64_t{1} << (t & 63);
+      pos_of[t] = static_cast<uint32_t>(k);
+    }
+  } else {
+    for (size_t k = 0; k < n; ++k) {
+      const TargetId t = candidates[k];
+      fast[t >> 6] |= uint64_t{1} << (t & 63);
+      pos_of[t] = positions[k];
+    }
+  }
+  s.pool.clear();
+  // Looks up chain[i] and records which bisected candidates hold it.
+  auto probe = [&](uint32_t i) {
+    Probe p{i, false, static_cast<uint32_t>(s.pool.size())};
+    s.pool.resize(s.pool.size() + words, 0);
+    uint64_t* bits = s.pool.data() + p.bits;
+    auto it = table.find(chain[i]);
+    if (it == table.end()) return p;
+    const Holders v = it->second.holders;
+    auto add = [&](uint32_t h) {
+      const TargetId t = HolderTarget(h);
+      if ((t >> 6) < words) bits[t >> 6] |= uint64_t{1} << (t & 63);
+    };
+    if (!IsHeap(v)) {
+      if (Lo(v)) add(Lo(v));
+      if (Hi(v)) add(Hi(v));
+    } else if (const HolderSet* set = Heap(v); !set->dense) {
+      for (uint32_t h : set->sparse) add(h);
+    } else {
+      const uint32_t row_words = std::min(words, set->words);
+      for (uint32_t w = 0; w < row_words; ++w) {
+        bits[w] = set->plane(0)[w] | set->plane(1)[w] | set->plane(2)[w];
+      }
+    }
+    uint64_t any = 0;
+    for (uint32_t w = 0; w < words; ++w) {
+      bits[w] &= s.fast[w];
+      any |= bits[w];
+    }
+    p.any = any != 0;
+    return p;
+  };
+  // Whether every candidate in `inner` is in `outer` (the nesting the bisection
+  // relies on; it holds for prefix-closed views barring hash collisions).
+  auto nested = [&](const Probe& outer, const Probe& inner) {
+    const uint64_t* o = s.pool.data() + outer.bits;
+    const uint64_t* in = s.pool.data() + inner.bits;
+    for (uint32_t w = 0; w < words; ++w) {
+      if (in[w] & ~o[w]) return false;
+    }
+    return true;
+  };
+  // Nested sets are equal or the inner one is smaller.
+  auto same = [&](const Probe& a, const Probe& b) {
+    return std::memcmp(s.pool.data() + a.bits, s.pool.data() + b.bits, words * sizeof(uint64_t)) ==
+           0;
+  };
+  // Candidates holding `lo` but not `hi` (hi = lo + 1) have run length hi.
+  auto resolve = [&](const Probe& lo, const Probe& hi) {
+    const uint64_t* a = s.pool.data() + lo.bits;
+    const uint64_t* b = s.pool.data() + hi.bits;
+    for (uint32_t w = 0; w < words; ++w) {
+      for (uint64_t d = a[w] & ~b[w]; d; d &= d - 1) {
+        out[s.fast_pos_of[w * 64 + std::countr_zero(d)]].device_hits = hi.index;
+      }
+    }
+  };
+  const Probe first = probe(0);
+  if (!first.any) return;  // nobody holds block 0
+  if (blocks > 1) {
+    table.prefetch(chain[blocks - 1]);
+    table.prefetch(chain[(blocks - 1) / 2]);
+  }
+  bool ok = true;
+  {
+    const Probe last = blocks == 1 ? first : probe(blocks - 1);
+    ok = nested(first, last);
+    // Holders of the last block hold the whole chain.
+    const uint64_t* bits = s.pool.data() + last.bits;
+    for (uint32_t w = 0; ok && w < words; ++w) {
+      for (uint64_t d = bits[w]; d; d &= d - 1) {
+        out[s.fast_pos_of[w * 64 + std::countr_zero(d)]].device_hits = blocks;
+      }
+    }
+    s.frontier.clear();
+    if (ok && !same(first, last)) s.frontier.push_back({first, last});
+    // Breadth first, so the probes of one level are independent and their cache
+    // misses overlap (prefetched together).
+    while (ok && !s.frontier.empty()) {
+      s.next.clear();
+      // While the frontier is small, also the two levels below (the mids either
+      // half may need next): the dependent rounds then overlap too.
+      const int depth = s.frontier.size() <= 4 ? 3 : 1;
+      for (const Segment& seg : s.frontier) {
+        PrefetchMids(chain, seg.lo.index, seg.hi.index, depth);
+      }
+      for (const Segment& seg : s.frontier) {
+        if (seg.hi.index - seg.lo.index == 1) {
+          resolve(seg.lo, seg.hi);
+          continue;
+        }
+        const Probe mid = probe((seg.lo.index + seg.hi.index) / 2);
+        if (!nested(seg.lo, mid) || !nested(mid, seg.hi)) {
+          ok = false;
+          break;
+        }
+        // The same set at both ends: nobody's run ends in between.
+        if (!same(seg.lo, mid)) s.next.push_back({seg.lo, mid});
+        if (!same(mid, seg.hi)) s.next.push_back({mid, seg.hi});
+      }
+      std::swap(s.frontier, s.next);
+    }
+  }
+  auto slot = [&](size_t k) -> MatchCounts& { return out[positions.empty() ? k : positions[k]]; };
+  if (!ok) {
+    // Not nested: some view is not what its flags say (a hash collision). Stay exact.
+    s.slow_ids.assign(candidates.begin(), candidates.end());
+    s.slow_out.assign(n, MatchCounts{});
+    LinearWalk(chain, s.slow_ids, s.slow_out);
+    for (size_t k = 0; k < n; ++k) slot(k) = s.slow_out[k];
+    return;
+  }
+  if (all_device) return;
+  // Each run is on the target's only tier.
+  for (size_t k = 0; k < n; ++k) {
+    MatchCounts& m = slot(k);
+    const uint32_t run = m.device_hits;
+    const uint32_t tier = walk_mode[candidates[k]];
+    if (tier == 1) m = MatchCounts{0, run, 0};
+    if (tier == 2) m = MatchCounts{0, 0, run};
+  }
+}
+
+void KvIndex::FindMatches(std::span<const BlockHash> chain, std::span<const TargetId> candidates,
+                          std::span<MatchCounts> out) const {
+  const size_t n = candidates.size();
+  assert(out.size() == n);
+  if (n > 0) std::memset(static_cast<void*>(out.data()), 0, n * sizeof(MatchCounts));
+  if (n == 0 || chain.empty()) return;
+  // The bisection's first probes are known now: their misses overlap the candidate
+  // pass below (for a few candidates that pass is too short to hide the two
+  // speculative ones, which a no-hit query would pay for; Bisect issues them then).
+  const auto& table = impl_->table;
+  const size_t blocks = chain.size();
+  table.prefetch(chain[0]);
+  if (n > 64) {
+    table.prefetch(chain[blocks - 1]);
+    table.prefetch(chain[(blocks - 1) / 2]);
+  }
+  const uint8_t* mode = impl_->walk_mode.data();
+  WalkScratch& s = Scratch();
+  auto& last = s.last;
+  const bool same = last.instance == impl_->instance && last.generation == impl_->mode_generation &&
+                    last.ids.size() == n &&
+                    std::memcmp(last.ids.data(), candidates.data(), n * sizeof(TargetId)) == 0;
+  if (!same) {
+    TargetId max_t = 0;
+    uint32_t modes_or = 0;
+    for (TargetId t : candidates) {
+      max_t = std::max(max_t, t);
+      modes_or |= 1u << mode[t];
+    }
+    last.instance = impl_->instance;
+    last.generation = impl_->mode_generation;
+    last.ids.assign(candidates.begin(), candidates.end());
+    last.max_t = max_t;
+    last.modes_or = modes_or;
+    last.bisect_ready = false;
+  }
+  const uint32_t modes_or = last.modes_or;
+  if (modes_or == (1u << Impl::kWalk)) {
+    impl_->LinearWalk(chain, candidates, out);
+    return;
+  }
+  if (!(modes_or & (1u << Impl::kWalk))) {
+    impl_->Bisect(chain, candidates, {}, out, last.max_t, /*all_device=*/modes_or == 1,
+                  /*setup_cached=*/last.bisect_ready);
+    last.bisect_ready = true;
+    return;
+  }
+  // Mixed: each kind on its own subset.
+  last.bisect_ready = false;
+  s.fast_list.clear();
+  s.slow_list.clear();
+  for (uint32_t pos = 0; pos < n; ++pos) {
+    (mode[candidates[pos]] != Impl::kWalk ? s.fast_list : s.slow_list).push_back(pos);
+  }
+  s.fast_ids.clear();
+  TargetId fast_max = 0;
+  for (uint32_t pos : s.fast_list) {
+    s.fast_ids.push_back(candidates[pos]);
+    fast_max = std::max(fast_max, candidates[pos]);
+  }
+  impl_->Bisect(chain, s.fast_ids, s.fast_list, out, fast_max, /*all_device=*/false);
+  s.slow_ids.clear();
+  for (uint32_t pos : s.slow_list) s.slow_ids.push_back(candidates[pos]);
+  s.slow_out.assign(s.slow_ids.size(), MatchCounts{});
+  impl_->LinearWalk(chain, s.slow_ids, s.slow_out);
+  for (size_t k = 0; k < s.slow_list.size(); ++k) out[s.slow_list[k]] = s.slow_out[k];
+}
+
 size_t KvIndex::BlockCount(TargetId id) const {
   const Impl::Target* t = impl_->Live(id);
   return t ? t->block_count : 0;
@@ -665,16 +1210,21 @@ size_t KvIndex::DistinctHashCount() const { return impl_->table.size(); }
 bool KvIndex::Holds(TargetId id, BlockHash router_hash, Tier tier) const {
   if (impl_->Live(id) == nullptr) return false;
   auto it = impl_->table.find(router_hash);
-  return it != impl_->table.end() && (TiersOf(it->second, id) & TierBit(tier));
+  return it != impl_->table.end() && (TiersOf(it->second.holders, id) & TierBit(tier));
 }
 
 std::vector<BlockHash> KvIndex::RouterHashes(TargetId id) const {
   std::vector<BlockHash> out;
   if (impl_->Live(id) == nullptr) return out;
-  for (const auto& [hash, holders] : impl_->table) {
-    if (TiersOf(holders, id) != 0) out.push_back(hash);
+  for (const auto& [hash, row] : impl_->table) {
+    if (TiersOf(row.holders, id) != 0) out.push_back(hash);
   }
   return out;
+}
+
+bool KvIndex::IsPrefixClosed(TargetId id) const {
+  const Impl::Target* t = impl_->Live(id);
+  return t != nullptr && t->closed;
 }
 
 size_t KvIndex::MappedEngineHashCount(TargetId id) const {

@@ -92,6 +92,13 @@ class KvIndex {
   // ApplyCleared/RemoveTarget of this target scans the whole table (O(all rows))
   // instead of the target's map.
   void InsertRouterHashes(TargetId id, std::span<const BlockHash> router_hashes, Tier tier);
+  // Inserts a chain of router hashes directly: router_hashes[0]'s parent is
+  // `parent_router_hash` (0 = the chain starts at the root), router_hashes[i]'s is
+  // router_hashes[i - 1] — what ApplyStored does after hashing, without engine
+  // mapping (tests, benchmarks). Keeps the target prefix-closed when the parent is
+  // held (doc/index.md "Prefix-closed views").
+  void InsertRouterChain(TargetId id, BlockHash parent_router_hash,
+                         std::span<const BlockHash> router_hashes, Tier tier);
   // Drops router hashes from `tier` directly (the counterpart of InsertRouterHashes);
   // returns how many (target, hash, tier) entries were dropped.
   size_t RemoveRouterHashes(TargetId id, std::span<const BlockHash> router_hashes, Tier tier);
@@ -108,6 +115,9 @@ class KvIndex {
   size_t EntryCount() const;
   // Distinct router hashes across all targets (rows of the global table).
   size_t DistinctHashCount() const;
+  // Whether the index knows the target's view is prefix-closed (doc/index.md):
+  // then FindMatches bisects the chain for it instead of walking it.
+  bool IsPrefixClosed(TargetId id) const;
   // Engine hashes in the target's engine -> router map.
   size_t MappedEngineHashCount(TargetId id) const;
   // Whether the target holds `router_hash` on `tier`.

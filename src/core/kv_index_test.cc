@@ -236,6 +236,53 @@ TEST(KvIndexTest, RemoveTargetFreesItsEntriesAndMemory) {
   EXPECT_FALSE(index.Holds(again, 1, Tier::kHost));
 }
 
+// The naive baseline: one map hash -> tier mask per target, the chain walked per
+// target until its first miss. The oracle of the randomized tests.
+struct NaiveModel {
+  std::map<TargetId, std::map<BlockHash, uint32_t>> held;
+  void Insert(TargetId t, std::span<const BlockHash> hs, Tier tier) {
+    for (BlockHash h : hs) held[t][h] |= 1u << static_cast<int>(tier);
+  }
+  void Remove(TargetId t, std::span<const BlockHash> hs, Tier tier) {
+    for (BlockHash h : hs) {
+      auto it = held[t].find(h);
+      if (it != held[t].end() && (it->second &= ~(1u << static_cast<int>(tier))) == 0) {
+        held[t].erase(it);
+      }
+    }
+  }
+  MatchCounts Match(TargetId t, std::span<const BlockHash> chain) {
+    MatchCounts m;
+    for (BlockHash h : chain) {
+      auto it = held[t].find(h);
+      if (it == held[t].end()) break;
+      if (it->second & 1) {
+        ++m.device_hits;
+      } else if (it->second & 2) {
+        ++m.host_hits;
+      } else {
+        ++m.disk_hits;
+      }
+    }
+    return m;
+  }
+  // The consecutive run of `chain` the target holds.
+  size_t Run(TargetId t, std::span<const BlockHash> chain) { return Match(t, chain).total(); }
+};
+
+// The index's counts agree with the model; removing every target empties it.
+void ExpectCountsThenRemoveAll(KvIndex& index, NaiveModel& model, std::span<const TargetId> ids) {
+  size_t entries = 0;
+  for (auto& [t, m] : model.held) {
+    EXPECT_EQ(index.BlockCount(t), m.size());
+    entries += m.size();
+  }
+  EXPECT_EQ(index.EntryCount(), entries);
+  for (TargetId t : ids) index.RemoveTarget(t);
+  EXPECT_EQ(index.EntryCount(), 0u);
+  EXPECT_EQ(index.DistinctHashCount(), 0u);
+}
+
 // Differential test against a naive model (per-target map hash -> tier mask), with
 // holder counts crossing the inline (≤2), sparse and dense (>32) forms, and candidate
 // sets on both sides of the walk's list/bitset switch.
@@ -245,7 +292,7 @@ TEST(KvIndexTest, MatchesNaiveModelUnderRandomOperations) {
   constexpr int kTargets = 80;
   std::vector<TargetId> ids;
   for (int i = 0; i < kTargets; ++i) ids.push_back(index.AddTarget({Name(i), 0}, 4));
-  std::map<TargetId, std::map<BlockHash, uint32_t>> model;
+  NaiveModel model;
 
   // A tree of chains: 6 roots, each 40 blocks, with branches.
   std::vector<std::vector<BlockHash>> chains;
@@ -259,22 +306,6 @@ TEST(KvIndexTest, MatchesNaiveModelUnderRandomOperations) {
       chains.push_back(d);
     }
   }
-  auto model_match = [&](TargetId t, std::span<const BlockHash> chain) {
-    MatchCounts m;
-    for (BlockHash h : chain) {
-      auto it = model[t].find(h);
-      if (it == model[t].end() || it->second == 0) break;
-      if (it->second & 1) {
-        ++m.device_hits;
-      } else if (it->second & 2) {
-        ++m.host_hits;
-      } else {
-        ++m.disk_hits;
-      }
-    }
-    return m;
-  };
-
   for (int step = 0; step < 3000; ++step) {
     const TargetId t = ids[rng.Uniform(kTargets)];
     const auto& chain = chains[rng.Uniform(chains.size())];
@@ -282,20 +313,16 @@ TEST(KvIndexTest, MatchesNaiveModelUnderRandomOperations) {
     const size_t len = 1 + rng.Uniform(chain.size() - from);
     const std::span<const BlockHash> part(chain.data() + from, len);
     const Tier tier = rng.Uniform(4) == 0 ? static_cast<Tier>(1 + rng.Uniform(2)) : Tier::kDevice;
-    const uint32_t bit = 1u << static_cast<int>(tier);
     const uint64_t op = rng.Uniform(10);
     if (op < 6) {
       index.InsertRouterHashes(t, part, tier);
-      for (BlockHash h : part) model[t][h] |= bit;
+      model.Insert(t, part, tier);
     } else if (op < 9) {
       index.RemoveRouterHashes(t, part, tier);
-      for (BlockHash h : part) {
-        auto it = model[t].find(h);
-        if (it != model[t].end() && (it->second &= ~bit) == 0) model[t].erase(it);
-      }
+      model.Remove(t, part, tier);
     } else if (rng.Uniform(20) == 0) {
       index.ApplyCleared(t);
-      model[t].clear();
+      model.held[t].clear();
     }
     if (step % 10 != 0) continue;
     // Query with a random candidate subset (sometimes all targets, in shuffled order).
@@ -306,21 +333,309 @@ TEST(KvIndexTest, MatchesNaiveModelUnderRandomOperations) {
     std::vector<MatchCounts> out(cands.size());
     index.FindMatches(q, cands, out);
     for (size_t i = 0; i < cands.size(); ++i) {
-      const MatchCounts want = model_match(cands[i], q);
+      const MatchCounts want = model.Match(cands[i], q);
       ASSERT_EQ(out[i].device_hits, want.device_hits) << "step " << step << " cand " << i;
       ASSERT_EQ(out[i].host_hits, want.host_hits) << "step " << step;
       ASSERT_EQ(out[i].disk_hits, want.disk_hits) << "step " << step;
     }
   }
-  size_t entries = 0;
-  for (auto& [t, m] : model) {
-    EXPECT_EQ(index.BlockCount(t), m.size());
-    entries += m.size();
+  ExpectCountsThenRemoveAll(index, model, ids);
+}
+
+// A forest of chains with consistent parents (every hash has one parent, as chained
+// router hashes do): roots of `length` blocks, branches forking off at random depths.
+struct Forest {
+  std::vector<std::vector<BlockHash>> chains;
+  Forest(Random& rng, int roots, int branches, size_t length) {
+    for (int r = 0; r < roots; ++r) {
+      std::vector<BlockHash> c;
+      for (size_t i = 0; i < length; ++i) c.push_back(rng.Next());
+      chains.push_back(c);
+      for (int b = 0; b < branches; ++b) {
+        const auto& base = chains[chains.size() - 1 - rng.Uniform(b + 1)];
+        std::vector<BlockHash> d(base.begin(), base.begin() + 1 + rng.Uniform(base.size() - 1));
+        while (d.size() < length) d.push_back(rng.Next());
+        chains.push_back(d);
+      }
+    }
   }
-  EXPECT_EQ(index.EntryCount(), entries);
-  for (TargetId t : ids) index.RemoveTarget(t);
-  EXPECT_EQ(index.EntryCount(), 0u);
-  EXPECT_EQ(index.DistinctHashCount(), 0u);
+};
+
+struct DifferentialCase {
+  int targets;
+  int steps;
+  bool closed_ops_only;  // only operations that keep views prefix-closed
+  uint64_t seed;
+};
+
+// Randomized differential test of FindMatches against the naive baseline, through
+// every path: bisection (prefix-closed single-tier targets), the linear walk (views
+// that are not prefix-closed: removals from the middle, unlinked inserts, several
+// tiers), and both at once.
+void RunDifferential(const DifferentialCase& c) {
+  KvIndex index;
+  Random rng(c.seed);
+  std::vector<TargetId> ids;
+  for (int i = 0; i < c.targets; ++i) ids.push_back(index.AddTarget({Name(i), 0}, 4));
+  NaiveModel model;
+  const Forest forest(rng, 6, 5, 48);
+  const auto& chains = forest.chains;
+  // A few widely held prefixes, so rows go dense (> 32 holders).
+  for (int k = 0; k < 3; ++k) {
+    const auto& ch = chains[rng.Uniform(chains.size())];
+    const size_t len = 1 + rng.Uniform(ch.size());
+    for (TargetId t : ids) {
+      if (rng.Uniform(4) == 0) continue;
+      const size_t from = model.Run(t, ch);
+      if (from >= len) continue;
+      const std::span<const BlockHash> part(ch.data() + from, len - from);
+      index.InsertRouterChain(t, from ? ch[from - 1] : 0, part, Tier::kDevice);
+      model.Insert(t, part, Tier::kDevice);
+    }
+  }
+  size_t bisected_queries = 0;
+  for (int step = 0; step < c.steps; ++step) {
+    const TargetId t = ids[rng.Uniform(ids.size())];
+    const auto& chain = chains[rng.Uniform(chains.size())];
+    const size_t run = model.Run(t, chain);
+    const uint64_t op = rng.Uniform(c.closed_ops_only ? 10 : 16);
+    if (op < 5) {
+      // Extend the target's run of this chain (its parent is held: stays closed).
+      if (run < chain.size()) {
+        const size_t len = 1 + rng.Uniform(chain.size() - run);
+        const std::span<const BlockHash> part(chain.data() + run, len);
+        index.InsertRouterChain(t, run ? chain[run - 1] : 0, part, Tier::kDevice);
+        model.Insert(t, part, Tier::kDevice);
+      }
+    } else if (op < 9) {
+      // Evict leaf-first: the tail of the run, deepest block first. The index must
+      // notice when another chain of the target still hangs below a removed block.
+      if (run > 0) {
+        const size_t keep = rng.Uniform(run);
+        std::vector<BlockHash> tail(chain.begin() + keep, chain.begin() + run);
+        std::reverse(tail.begin(), tail.end());
+        const size_t removed = index.RemoveRouterHashes(t, tail, Tier::kDevice);
+        if (c.closed_ops_only) {
+          EXPECT_EQ(removed, tail.size());
+        }
+        model.Remove(t, tail, Tier::kDevice);
+      }
+    } else if (op < 10) {
+      if (rng.Uniform(8) == 0) {
+        index.ApplyCleared(t);
+        model.held[t].clear();
+        EXPECT_TRUE(index.IsPrefixClosed(t));
+      }
+    } else if (op < 12) {
+      // Remove a random stretch (may leave orphans behind).
+      const size_t from = rng.Uniform(chain.size());
+      const size_t len = 1 + rng.Uniform(std::min<size_t>(4, chain.size() - from));
+      const std::span<const BlockHash> part(chain.data() + from, len);
+      index.RemoveRouterHashes(t, part, Tier::kDevice);
+      model.Remove(t, part, Tier::kDevice);
+    } else if (op < 14) {
+      // Insert a stretch whose parent may not be held (a chain with a gap).
+      const size_t from = rng.Uniform(chain.size());
+      const size_t len = 1 + rng.Uniform(chain.size() - from);
+      const std::span<const BlockHash> part(chain.data() + from, len);
+      index.InsertRouterChain(t, from ? chain[from - 1] : 0, part, Tier::kDevice);
+      model.Insert(t, part, Tier::kDevice);
+    } else if (op < 15) {
+      // Unlinked insert, or another tier (host copies, some removed again).
+      const size_t from = rng.Uniform(chain.size());
+      const std::span<const BlockHash> part(chain.data() + from, chain.size() - from);
+      const Tier tier = rng.Uniform(2) ? Tier::kDevice : Tier::kHost;
+      index.InsertRouterHashes(t, part, tier);
+      model.Insert(t, part, tier);
+    } else {
+      const size_t len = std::min(chain.size(), 1 + rng.Uniform(run + 1));
+      const std::span<const BlockHash> part(chain.data(), len);
+      const Tier tier = rng.Uniform(2) ? Tier::kHost : Tier::kDisk;
+      if (rng.Uniform(2)) {
+        index.InsertRouterChain(t, 0, part, tier);
+        model.Insert(t, part, tier);
+      } else {
+        index.RemoveRouterHashes(t, part, tier);
+        model.Remove(t, part, tier);
+      }
+    }
+    if (step % 5 != 0) continue;
+    std::vector<TargetId> cands = ids;
+    for (size_t i = cands.size(); i > 1; --i) std::swap(cands[i - 1], cands[rng.Uniform(i)]);
+    cands.resize(rng.Uniform(2) ? cands.size() : 1 + rng.Uniform(cands.size()));
+    // A chain of the forest cut anywhere, sometimes continued by new blocks.
+    const auto& base = chains[rng.Uniform(chains.size())];
+    std::vector<BlockHash> q(base.begin(), base.begin() + 1 + rng.Uniform(base.size()));
+    for (size_t extra = rng.Uniform(3) ? 0 : rng.Uniform(20); extra > 0; --extra) {
+      q.push_back(rng.Next());
+    }
+    std::vector<MatchCounts> out(cands.size());
+    index.FindMatches(q, cands, out);
+    for (size_t i = 0; i < cands.size(); ++i) {
+      const MatchCounts want = model.Match(cands[i], q);
+      ASSERT_EQ(out[i].device_hits, want.device_hits) << "step " << step << " target " << cands[i];
+      ASSERT_EQ(out[i].host_hits, want.host_hits) << "step " << step << " target " << cands[i];
+      ASSERT_EQ(out[i].disk_hits, want.disk_hits) << "step " << step << " target " << cands[i];
+      bisected_queries += index.IsPrefixClosed(cands[i]);
+    }
+  }
+  // The shortcut was exercised, not only the fallback.
+  EXPECT_GT(bisected_queries, 0u);
+  ExpectCountsThenRemoveAll(index, model, ids);
+}
+
+TEST(KvIndexTest, BisectionMatchesNaiveBaselineWithLeafFirstEviction) {
+  for (uint64_t seed : {1, 2, 3}) {
+    RunDifferential({.targets = 6, .steps = 1500, .closed_ops_only = true, .seed = seed});
+    RunDifferential({.targets = 90, .steps = 1500, .closed_ops_only = true, .seed = seed});
+  }
+}
+
+TEST(KvIndexTest, MatchesNaiveBaselineWithViewsThatAreNotPrefixClosed) {
+  for (uint64_t seed : {11, 12, 13}) {
+    RunDifferential({.targets = 3, .steps = 2000, .closed_ops_only = false, .seed = seed});
+    RunDifferential({.targets = 40, .steps = 2000, .closed_ops_only = false, .seed = seed});
+    RunDifferential({.targets = 300, .steps = 2000, .closed_ops_only = false, .seed = seed});
+  }
+}
+
+TEST(KvIndexTest, PrefixClosedFlagFollowsTheView) {
+  KvIndex index;
+  const TargetId w = index.AddTarget({"w", 0}, 4);
+  Random rng(5);
+  std::vector<BlockHash> chain(8);
+  for (auto& h : chain) h = rng.Next();
+  std::vector<BlockHash> branch(chain.begin(), chain.begin() + 4);
+  for (int i = 0; i < 4; ++i) branch.push_back(rng.Next());
+  index.InsertRouterChain(w, 0, chain, Tier::kDevice);
+  index.InsertRouterChain(w, branch[3], std::span(branch).subspan(4), Tier::kDevice);
+  EXPECT_TRUE(index.IsPrefixClosed(w));
+  // Leaf-first eviction of the first chain's tail keeps it closed ...
+  const std::vector<BlockHash> tail = {chain[7], chain[6], chain[5], chain[4]};
+  EXPECT_EQ(index.RemoveRouterHashes(w, tail, Tier::kDevice), 4u);
+  EXPECT_TRUE(index.IsPrefixClosed(w));
+  // ... evicting block 3, under which the branch still hangs, does not.
+  EXPECT_EQ(index.RemoveRouterHashes(w, std::vector<BlockHash>{chain[3]}, Tier::kDevice), 1u);
+  EXPECT_FALSE(index.IsPrefixClosed(w));
+  std::vector<BlockHash> q = branch;
+  EXPECT_EQ(MatchOne(index, q, w).total(), 3u);  // exact all the same
+  index.ApplyCleared(w);
+  EXPECT_TRUE(index.IsPrefixClosed(w));
+  // Unlinked inserts (no parents known) are walked, never bisected.
+  index.InsertRouterHashes(w, chain, Tier::kDevice);
+  EXPECT_FALSE(index.IsPrefixClosed(w));
+  EXPECT_EQ(MatchOne(index, chain, w).total(), 8u);
+}
+
+// The event path (ApplyStored / ApplyRemoved) against the naive baseline. With
+// leaf-first removals every view stays prefix-closed; otherwise views lose the flag,
+// are walked, and are proven closed again (Recheck) once their orphans are gone.
+void RunEventPath(bool leaf_first, uint64_t seed) {
+  KvIndex index;
+  Random rng(seed);
+  std::vector<TargetId> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(index.AddTarget({Name(i), 0}, 4));
+  // Conversations: token prompts sharing a system prefix.
+  const auto system = Tokens(32, 1);
+  std::vector<std::vector<TokenId>> prompts;
+  for (int c = 0; c < 12; ++c) {
+    std::vector<TokenId> p = system;
+    for (int i = 0; i < 40; ++i) p.push_back(static_cast<TokenId>(1000 + rng.Uniform(50000)));
+    prompts.push_back(p);
+  }
+  // Engine hashes: a distinct id per (target, block position, prompt prefix).
+  std::map<std::pair<TargetId, BlockHash>, BlockHash> engine_of;
+  NaiveModel model;
+  std::map<TargetId, std::map<size_t, size_t>> stored;  // target -> prompt -> blocks
+  for (int step = 0; step < 400; ++step) {
+    const TargetId t = ids[rng.Uniform(ids.size())];
+    const size_t p = rng.Uniform(prompts.size());
+    const auto chain = HashChain(prompts[p], 4);
+    const size_t run = model.Run(t, chain);
+    if (rng.Uniform(3) != 0 && run < chain.size()) {
+      const size_t len = 1 + rng.Uniform(chain.size() - run);
+      std::vector<BlockHash> engine;
+      for (size_t i = run; i < run + len; ++i) {
+        auto [it, fresh] = engine_of.try_emplace({t, chain[i]}, rng.Next());
+        engine.push_back(it->second);
+      }
+      std::optional<BlockHash> parent;
+      if (run > 0) parent = engine_of.at({t, chain[run - 1]});
+      const std::span<const TokenId> toks(prompts[p].data() + run * 4, len * 4);
+      ASSERT_EQ(index.ApplyStored(t, parent, engine, toks, Tier::kDevice), StoreOutcome::kOk);
+      model.Insert(t, std::span(chain).subspan(run, len), Tier::kDevice);
+    } else if (run > 0) {
+      // Leaf-first, as engines evict: never below a block another of the target's
+      // conversations still continues from.
+      size_t floor = 0;
+      for (size_t o = 0; o < prompts.size(); ++o) {
+        if (o == p) continue;
+        const auto other = HashChain(prompts[o], 4);
+        size_t shared = 0;
+        while (shared < other.size() && other[shared] == chain[shared]) ++shared;
+        floor = std::max(floor, std::min(shared, model.Run(t, other)));
+      }
+      if (!leaf_first) floor = 0;
+      if (floor >= run) continue;
+      const size_t keep = floor + rng.Uniform(run - floor);
+      std::vector<BlockHash> engine;
+      std::vector<BlockHash> router;
+      for (size_t i = run; i-- > keep;) {
+        engine.push_back(engine_of.at({t, chain[i]}));
+        router.push_back(chain[i]);
+      }
+      index.ApplyRemoved(t, engine, Tier::kDevice);
+      model.Remove(t, router, Tier::kDevice);
+    }
+    for (const auto& prompt : prompts) {
+      const auto q = HashChain(prompt, 4);
+      std::vector<MatchCounts> out(ids.size());
+      index.FindMatches(q, ids, out);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        ASSERT_EQ(out[i].device_hits, model.Match(ids[i], q).device_hits) << "step " << step;
+      }
+    }
+  }
+  // Stores always continue a held parent and removals are leaf-first: every view
+  // stayed prefix-closed, so every query above was answered by bisection.
+  if (leaf_first) {
+    for (TargetId t : ids) EXPECT_TRUE(index.IsPrefixClosed(t)) << t;
+  }
+}
+
+TEST(KvIndexTest, EventPathStaysPrefixClosedAndExact) {
+  RunEventPath(/*leaf_first=*/true, 21);
+  RunEventPath(/*leaf_first=*/true, 22);
+}
+
+TEST(KvIndexTest, EventPathWithNonLeafRemovalsStaysExact) {
+  RunEventPath(/*leaf_first=*/false, 23);
+  RunEventPath(/*leaf_first=*/false, 24);
+}
+
+TEST(KvIndexTest, RecheckRestoresPrefixClosedOnceOrphansAreGone) {
+  KvIndex index;
+  const TargetId w = index.AddTarget({"w", 0}, 4);
+  const auto tokens = Tokens(16, 1);  // blocks 0..3, engine hashes 1..4
+  ASSERT_EQ(
+      index.ApplyStored(w, std::nullopt, std::vector<BlockHash>{1, 2, 3, 4}, tokens, Tier::kDevice),
+      StoreOutcome::kOk);
+  // Evict block 1 while 2 and 3 hang below it: no longer prefix-closed.
+  index.ApplyRemoved(w, std::vector<BlockHash>{2}, Tier::kDevice);
+  EXPECT_FALSE(index.IsPrefixClosed(w));
+  const auto chain = HashChain(tokens, 4);
+  EXPECT_EQ(MatchOne(index, chain, w).total(), 1u);
+  // The orphans go; after enough further events the view is proven closed again.
+  index.ApplyRemoved(w, std::vector<BlockHash>{4, 3}, Tier::kDevice);
+  Random rng(9);
+  for (int i = 0; i < 40 && !index.IsPrefixClosed(w); ++i) {
+    std::vector<TokenId> other(8);
+    for (auto& tok : other) tok = static_cast<TokenId>(rng.Next());
+    const std::vector<BlockHash> engine = {rng.Next(), rng.Next()};
+    index.ApplyStored(w, std::nullopt, engine, other, Tier::kDevice);
+  }
+  EXPECT_TRUE(index.IsPrefixClosed(w));
+  EXPECT_EQ(MatchOne(index, chain, w).total(), 1u);
 }
 
 TEST(KvIndexTest, WideSharedPrefixThenDivergingContinuations) {
