@@ -110,8 +110,11 @@ http::Awaitable<void> MockServer::Handle(http::Request& req, http::ResponseWrite
   } else if (req.method == "GET" && path == "/metrics") {
     http::Headers headers;
     headers.Add("Content-Type", "text/plain; version=0.0.4");
-    co_await w.Send(200, headers,
-                    runner_.MetricsText(options_.model_name) + (pd_ ? pd_->MetricsText() : ""));
+    // Built before the co_await: GCC 12 evaluates both arms of a conditional inside a
+    // co_await's full-expression.
+    std::string text = runner_.MetricsText(options_.model_name);
+    if (pd_) text += pd_->MetricsText();
+    co_await w.Send(200, headers, std::move(text));
   } else if (req.method == "GET" && path == "/debug/kv-blocks") {
     co_await SendJson(w, 200, runner_.DebugDump());
   } else if (req.method == "GET" && path == "/debug/requests") {
