@@ -64,17 +64,22 @@ def metric(fields, name):
     return None
 
 
+def concurrent_legs(p, pre_body, d, dec_body):
+    """Sends both legs at once, the decode leg first (so it must wait for its KV);
+    returns ((prefill status, body), (decode status, body))."""
+    dec = POOL.submit(http, "POST", url(d, "/v1/completions"), dec_body)
+    pre = POOL.submit(http, "POST", url(p, "/v1/completions"), pre_body)
+    return pre.result()[:2], dec.result()[:2]
+
+
 def test_sglang(procs):
     p, d = pair(procs, "sglang-bootstrap")
     boot = {"bootstrap_host": "127.0.0.1", "bootstrap_port": int(p["bootstrap"])}
     for stream in (False, True):
         body = {"prompt": PROMPT, "max_tokens": 5, "stream": stream, **boot,
                 "bootstrap_room": 12345 + stream}
-        # Concurrent, as SGLang's mini_lb sends them: decode first, so it must wait.
-        dec = POOL.submit(http, "POST", url(d, "/v1/completions"), body)
-        pre = POOL.submit(http, "POST", url(p, "/v1/completions"), body)
-        ps, pb, _ = pre.result()
-        ds, db, _ = dec.result()
+        # Concurrent, as SGLang's mini_lb sends them.
+        (ps, pb), (ds, db) = concurrent_legs(p, body, d, body)
         check(ps == 200, f"sglang prefill leg answers 200 (stream={stream})")
         if stream:
             text, done = sse_text(db)
@@ -203,10 +208,7 @@ def test_mooncake(procs):
                     "kv_transfer_params": {"do_remote_prefill": True, "do_remote_decode": False,
                                            "remote_bootstrap_addr": addr,
                                            "remote_engine_id": "mc-engine", "transfer_id": tid}}
-        dec = POOL.submit(http, "POST", url(d, "/v1/completions"), dec_body)
-        pre = POOL.submit(http, "POST", url(p, "/v1/completions"), pre_body)
-        ps, _, _ = pre.result()
-        ds, db, _ = dec.result()
+        (ps, _), (ds, db) = concurrent_legs(p, pre_body, d, dec_body)
         check(ps == 200, f"mooncake prefill leg answers 200 (stream={stream})")
         if stream:
             check(ds == 200 and sse_text(db)[1], "mooncake decode leg streams to [DONE]")
