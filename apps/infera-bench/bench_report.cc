@@ -125,6 +125,7 @@ nlohmann::json ReportJson(const Report& report) {
                             {"completed", s.completed},
                             {"failed", s.failed},
                             {"wall_s", s.wall_s}});
+    if (!s.extra.is_null()) j["results"].back().update(s.extra);
   }
   return j;
 }

@@ -64,6 +64,8 @@ struct PolicySummary {
   std::vector<double> ttft_samples_ms;
   std::vector<double> load_times_s;
   std::vector<std::vector<double>> load_per_worker;  // [sample][worker]
+  // Mode-specific fields, written into the JSON result when not null (PD: "pd").
+  nlohmann::json extra;
 };
 
 // Builds the summary of one run over `workers` workers.

@@ -62,3 +62,36 @@ TEST(BenchReportTest, JsonHasTheIssueSchema) {
 
 }  // namespace
 }  // namespace infera::bench
+
+#include "workload_flags.h"
+
+namespace infera::bench {
+namespace {
+
+TEST(PolicySpecTest, PerRoleWeights) {
+  auto specs = ParsePolicySpecs("kv-aware:20/2,kv-aware:16,round-robin");
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 3u);
+  EXPECT_DOUBLE_EQ((*specs)[0].overlap_weight, 20);
+  ASSERT_TRUE((*specs)[0].decode_overlap_weight.has_value());
+  EXPECT_DOUBLE_EQ(*(*specs)[0].decode_overlap_weight, 2);
+  EXPECT_DOUBLE_EQ((*specs)[1].overlap_weight, 16);
+  EXPECT_FALSE((*specs)[1].decode_overlap_weight.has_value());
+  EXPECT_FALSE(ParsePolicySpecs("kv-aware:20/").ok());
+  EXPECT_FALSE(ParsePolicySpecs("kv-aware:/2").ok());
+  EXPECT_FALSE(ParsePolicySpecs("kv-aware:20/-1").ok());
+}
+
+TEST(BenchReportTest, ExtraFieldsLandInTheJsonResult) {
+  Report r;
+  r.mode = "offline";
+  r.results.resize(1);
+  r.results[0].policy = "kv-aware:20/2";
+  r.results[0].extra = {{"pd", {{"decode_only", 3}}}};
+  const nlohmann::json j = ReportJson(r);
+  EXPECT_EQ(j["results"][0]["pd"]["decode_only"], 3);
+  EXPECT_EQ(j["results"][0]["policy"], "kv-aware:20/2");
+}
+
+}  // namespace
+}  // namespace infera::bench

@@ -1,6 +1,8 @@
 #include "offline_command.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <thread>
@@ -14,7 +16,8 @@
 namespace infera::bench {
 namespace {
 
-std::vector<RequestRecord> Records(const sim::OfflineResult& r) {
+// `first_worker` is subtracted from each request's engine (PD: the decode engines).
+std::vector<RequestRecord> Records(const sim::OfflineResult& r, uint32_t first_worker = 0) {
   std::vector<RequestRecord> out;
   out.reserve(r.requests.size());
   for (const sim::RequestOutcome& o : r.requests) {
@@ -25,11 +28,79 @@ std::vector<RequestRecord> Records(const sim::OfflineResult& r) {
     rec.prompt_tokens = o.prompt_tokens;
     rec.cached_tokens = o.cached_tokens;
     rec.output_tokens = o.output_tokens;
-    rec.worker = static_cast<int32_t>(o.engine);
+    rec.worker = static_cast<int32_t>(o.engine - first_worker);
     rec.failed = o.rejected;
     out.push_back(rec);
   }
   return out;
+}
+
+double CoefficientOfVariation(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double mean = 0, var = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(v.size());
+  for (double x : v) var += (x - mean) * (x - mean);
+  var /= static_cast<double>(v.size());
+  return mean > 0 ? std::sqrt(var) / mean : 0;
+}
+
+// Time-mean requests queued or running per engine in [first, first + count).
+std::vector<double> MeanLoads(const sim::OfflineResult& r, size_t first, size_t count) {
+  std::vector<double> mean(count, 0);
+  for (const std::vector<uint32_t>& sample : r.load_samples) {
+    for (size_t e = 0; e < count; ++e) mean[e] += sample[first + e];
+  }
+  for (double& m : mean) m /= std::max<size_t>(1, r.load_samples.size());
+  return mean;
+}
+
+// Mean over the load samples of the CV across engines [first, first + count) at that
+// moment (samples where they are all idle are skipped): the typical instantaneous
+// imbalance.
+double MeanInstantSpread(const sim::OfflineResult& r, size_t first, size_t count) {
+  double sum = 0;
+  size_t n = 0;
+  std::vector<double> now(count);
+  for (const std::vector<uint32_t>& sample : r.load_samples) {
+    double total = 0;
+    for (size_t e = 0; e < count; ++e) total += now[e] = sample[first + e];
+    if (total == 0) continue;
+    sum += CoefficientOfVariation(now);
+    ++n;
+  }
+  return n > 0 ? sum / static_cast<double>(n) : 0;
+}
+
+// The PD part of one run's JSON result: {"pd": {...}}.
+nlohmann::json PdSummary(const sim::OfflineResult& r, const OfflineFlags& f) {
+  const size_t p = f.prefill_engines, d = f.decode_engines;
+  std::vector<uint64_t> prefill_requests(p, 0);
+  std::vector<double> transfer_ms;
+  uint64_t decode_only = 0;
+  for (const sim::RequestOutcome& o : r.requests) {
+    if (o.decode_only) ++decode_only;
+    if (o.prefill_engine >= 0) {
+      ++prefill_requests[static_cast<size_t>(o.prefill_engine)];
+      transfer_ms.push_back(o.transfer_ns / 1e6);
+    }
+  }
+  const Latency transfer = Summarize(transfer_ms);
+  const std::vector<double> decode_load = MeanLoads(r, p, d);
+  const std::vector<double> prefill_load = MeanLoads(r, 0, p);
+  return {
+      {"pd",
+       {{"prefill_engines", p},
+        {"decode_engines", d},
+        {"min_uncached_tokens", f.pd_min_uncached_tokens},
+        {"decode_only", decode_only},
+        {"transfer_ms", {{"mean", transfer.mean}, {"p50", transfer.p50}, {"p99", transfer.p99}}},
+        {"prefill_requests_per_worker", prefill_requests},
+        {"decode_mean_load_per_worker", decode_load},
+        {"decode_load_spread", CoefficientOfVariation(decode_load)},
+        {"decode_instant_spread", MeanInstantSpread(r, p, d)},
+        {"prefill_instant_spread", MeanInstantSpread(r, 0, p)},
+        {"prefill_load_spread", CoefficientOfVariation(prefill_load)}}}};
 }
 
 }  // namespace
@@ -51,6 +122,15 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
   app.add_option("--json", f.json_path, "write the JSON report here");
   app.add_option("--svg-dir", f.svg_dir, "write ttft_cdf.svg and load.svg here");
   app.add_option("--jobs", f.jobs, "simulations run in parallel")->check(CLI::Range(1, 64));
+  app.add_option("--prefill-engines", f.prefill_engines,
+                 "PD fleet: prefill engines (with --decode-engines; replaces --engines)")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--decode-engines", f.decode_engines, "PD fleet: decode engines")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--pd-min-uncached-tokens", f.pd_min_uncached_tokens,
+                 "PD: keep a request on the decode engine when the best prefill engine would "
+                 "compute fewer uncached tokens (0 = always disaggregate)");
+  sim::AddKvTransferFlags(app, f.kv_transfer);
 }
 
 int RunOffline(const OfflineFlags& flags) {
@@ -66,10 +146,20 @@ int RunOffline(const OfflineFlags& flags) {
   }
   const size_t n = workload->requests.size();
   const size_t bs = flags.engine.block_size;
+  const bool pd = flags.prefill_engines > 0 || flags.decode_engines > 0;
+  if (pd && (flags.prefill_engines == 0 || flags.decode_engines == 0)) {
+    std::fprintf(stderr,
+                 "infera-bench: a PD fleet needs both --prefill-engines and "
+                 "--decode-engines\n");
+    return 2;
+  }
+  const size_t engines = pd ? flags.prefill_engines + flags.decode_engines : flags.engines;
+  // The prefill hit rate's pooled bound is the prefill pool's capacity.
+  const size_t bound_engines = pd ? flags.prefill_engines : flags.engines;
 
   Report report;
   report.mode = "offline";
-  report.engines = flags.engines;
+  report.engines = engines;
   report.num_gpu_blocks = flags.engine.num_gpu_blocks;
   report.block_size = bs;
   report.requests = n;
@@ -84,7 +174,7 @@ int RunOffline(const OfflineFlags& flags) {
     const auto start = std::chrono::steady_clock::now();
     if (task == 0) {
       sim::BoundRates b =
-          sim::ComputeBounds(*workload, bs, flags.engines * flags.engine.num_gpu_blocks,
+          sim::ComputeBounds(*workload, bs, bound_engines * flags.engine.num_gpu_blocks,
                              [&](size_t k) { bar.Add(k); });
       report.bound_hit_rate = b.pooled;
       report.infinite_hit_rate = b.infinite;
@@ -98,6 +188,14 @@ int RunOffline(const OfflineFlags& flags) {
     config.release_load_at_first_token = flags.release_load_at == "first-token";
     config.policy.policy = *core::ParsePolicy(spec.name);
     config.policy.overlap_weight = spec.overlap_weight;
+    if (spec.decode_overlap_weight) {
+      config.policy.prefill_overlap_weight = spec.overlap_weight;
+      config.policy.decode_overlap_weight = *spec.decode_overlap_weight;
+    }
+    config.prefill_engines = flags.prefill_engines;
+    config.decode_engines = flags.decode_engines;
+    config.pd.min_uncached_tokens = flags.pd_min_uncached_tokens;
+    config.kv_transfer = flags.kv_transfer;
     config.policy.recent_decay = flags.recent_decay;
     config.policy.random_seed = 42;
     size_t reported = 0;
@@ -107,11 +205,22 @@ int RunOffline(const OfflineFlags& flags) {
     });
     PolicySummary& s = report.results[task - 1];
     // Bounds are filled in below once task 0 is done.
-    s = SummarizeRun(spec.name, spec.name == "kv-aware" ? spec.overlap_weight : 0, Records(result),
-                     flags.engines, 0, 0);
+    // PD: the workers of the summary are the decode engines (they serve the response).
+    const uint32_t first = pd ? static_cast<uint32_t>(flags.prefill_engines) : 0;
+    std::string label = spec.name;
+    if (spec.decode_overlap_weight) {  // per-role weights: "kv-aware:20/2"
+      char weights[64];
+      std::snprintf(weights, sizeof weights, ":%g/%g", spec.overlap_weight,
+                    *spec.decode_overlap_weight);
+      label += weights;
+    }
+    s = SummarizeRun(label, spec.name == "kv-aware" ? spec.overlap_weight : 0,
+                     Records(result, first), engines - first, 0, 0);
+    if (pd) s.extra = PdSummary(result, flags);
     for (size_t k = 0; k < result.sample_times_ns.size(); ++k) {
       s.load_times_s.push_back(result.sample_times_ns[k] / 1e9);
-      s.load_per_worker.emplace_back(result.load_samples[k].begin(), result.load_samples[k].end());
+      s.load_per_worker.emplace_back(result.load_samples[k].begin() + first,
+                                     result.load_samples[k].end());
     }
     s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
@@ -137,7 +246,25 @@ int RunOffline(const OfflineFlags& flags) {
     s.infinite_share = report.infinite_hit_rate > 0 ? s.hit_rate / report.infinite_hit_rate : 0;
   }
 
-  return EmitReport(report, flags.json_path, flags.svg_dir);
+  const int code = EmitReport(report, flags.json_path, flags.svg_dir);
+  if (pd) {
+    std::printf("PD fleet: %zu prefill + %zu decode engines, --pd-min-uncached-tokens %llu\n",
+                flags.prefill_engines, flags.decode_engines,
+                static_cast<unsigned long long>(flags.pd_min_uncached_tokens));
+    for (const PolicySummary& s : report.results) {
+      const nlohmann::json& j = s.extra["pd"];
+      std::string label = s.policy;
+      if (s.policy == "kv-aware") label += " w=" + std::to_string(s.overlap_weight).substr(0, 5);
+      std::printf(
+          "  %-18s decode-only %6llu  transfer mean %7.2f ms  decode spread time-mean %.3f "
+          "instant %.3f  prefill spread time-mean %.3f instant %.3f\n",
+          label.c_str(), j["decode_only"].get<unsigned long long>(),
+          j["transfer_ms"]["mean"].get<double>(), j["decode_load_spread"].get<double>(),
+          j["decode_instant_spread"].get<double>(), j["prefill_load_spread"].get<double>(),
+          j["prefill_instant_spread"].get<double>());
+    }
+  }
+  return code;
 }
 
 }  // namespace infera::bench

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "sim/engine.h"
+#include "sim/kv_transfer.h"
 #include "workload_flags.h"
 
 namespace infera::bench {
@@ -24,6 +25,11 @@ struct OfflineFlags {
   std::string json_path;
   std::string svg_dir;
   size_t jobs = 2;
+  // PD fleet (doc/pd.md): both > 0 replace --engines.
+  size_t prefill_engines = 0;
+  size_t decode_engines = 0;
+  uint64_t pd_min_uncached_tokens = 0;
+  sim::KvTransferModel kv_transfer;
 };
 
 void AddOfflineFlags(CLI::App& app, OfflineFlags& flags);

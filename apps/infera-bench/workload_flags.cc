@@ -75,12 +75,23 @@ absl::StatusOr<std::vector<PolicySpec>> ParsePolicySpecs(const std::string& list
       return absl::InvalidArgumentError("unknown policy '" + spec.name + "'");
     }
     if (colon != std::string::npos) {
-      const std::string weight = item.substr(colon + 1);
-      char* end = nullptr;
-      errno = 0;
-      spec.overlap_weight = std::strtod(weight.c_str(), &end);
-      if (weight.empty() || *end != '\0' || errno != 0 || !(spec.overlap_weight >= 0) ||
-          spec.overlap_weight > 1e6) {
+      std::string weight = item.substr(colon + 1);
+      auto parse = [&](const std::string& text, double* out) {
+        char* end = nullptr;
+        errno = 0;
+        *out = std::strtod(text.c_str(), &end);
+        return !text.empty() && *end == '\0' && errno == 0 && *out >= 0 && *out <= 1e6;
+      };
+      const size_t slash = weight.find('/');
+      if (slash != std::string::npos) {
+        double decode = 0;
+        if (!parse(weight.substr(slash + 1), &decode)) {
+          return absl::InvalidArgumentError("bad decode overlap weight in '" + item + "'");
+        }
+        spec.decode_overlap_weight = decode;
+        weight = weight.substr(0, slash);
+      }
+      if (!parse(weight, &spec.overlap_weight)) {
         return absl::InvalidArgumentError("bad overlap weight in '" + item + "'");
       }
     }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,10 +28,12 @@ void AddWorkloadFlags(CLI::App& app, WorkloadFlags& flags);
 absl::StatusOr<sim::Workload> BuildWorkload(const WorkloadFlags& flags);
 
 // One entry of --policies: "kv-aware", "kv-aware:4" (overlap weight 4),
-// "round-robin", "random", "least-load".
+// "kv-aware:20/2" (PD: prefill overlap weight 20, decode overlap weight 2; a mixed
+// fleet uses the first), "round-robin", "random", "least-load".
 struct PolicySpec {
   std::string name;
   double overlap_weight = 1.0;
+  std::optional<double> decode_overlap_weight;  // set by "w/d": then w is the prefill weight
 };
 absl::StatusOr<std::vector<PolicySpec>> ParsePolicySpecs(const std::string& list);
 

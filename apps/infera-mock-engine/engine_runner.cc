@@ -99,13 +99,20 @@ uint32_t EngineRunner::LeastLoadedRank() const {
   return best;
 }
 
+size_t EngineRunner::CachedPrefixTokens(uint32_t rank_index,
+                                        std::span<const core::TokenId> prompt) const {
+  const Rank* r = ranks_.at(rank_index).get();
+  std::lock_guard<std::mutex> lock(r->mu);
+  return r->engine->CachedPrefixTokens(prompt);
+}
+
 bool EngineRunner::Submit(uint32_t rank_index, std::vector<core::TokenId> prompt, size_t max_tokens,
-                          OutputFn on_output, uint64_t* request_id) {
+                          OutputFn on_output, uint64_t* request_id, bool remote_prefill) {
   Rank* r = ranks_.at(rank_index).get();
   const uint64_t id = next_id_.fetch_add(1);
   {
     std::lock_guard<std::mutex> lock(r->mu);
-    if (!r->engine->AddRequest({id, std::move(prompt), max_tokens})) return false;
+    if (!r->engine->AddRequest({id, std::move(prompt), max_tokens, remote_prefill})) return false;
     r->callbacks.emplace(id, std::move(on_output));
   }
   if (request_id) *request_id = id;

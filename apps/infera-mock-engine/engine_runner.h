@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,8 +65,11 @@ class EngineRunner {
   // Queues a request on `rank`; false when the engine refuses it (empty prompt,
   // too long for the cache). `on_output` gets every token, the last one with
   // finished = true. REQUIRES: rank < dp_size().
+  // remote_prefill: a PD decode leg whose prompt KV arrived (sim::EngineRequest).
   bool Submit(uint32_t rank, std::vector<core::TokenId> prompt, size_t max_tokens,
-              OutputFn on_output, uint64_t* request_id);
+              OutputFn on_output, uint64_t* request_id, bool remote_prefill = false);
+  // Prompt tokens rank `rank` would serve from its prefix cache now.
+  size_t CachedPrefixTokens(uint32_t rank, std::span<const core::TokenId> prompt) const;
   // Drops a request (client gone); its callback is not called again.
   void Abort(uint32_t rank, uint64_t request_id);
   // Clears every rank's prefix cache (AllBlocksCleared); false while requests run.

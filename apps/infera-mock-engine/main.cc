@@ -9,8 +9,10 @@
 #include "http/io_pool.h"
 #include "http/server.h"
 #include "mock_server.h"
+#include "pd_role.h"
 #include "prompt_tokenizer.h"
 #include "sim/engine_flags.h"
+#include "sim/kv_transfer.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"infera-mock-engine: a simulated vLLM/SGLang worker"};
@@ -21,6 +23,9 @@ int main(int argc, char** argv) {
   infera::mock::MockServerOptions server_options;
   std::string etcd_endpoint, advertise_host = "127.0.0.1";
   int io_threads = 2;
+  std::string pd_protocol;
+  infera::mock::PdOptions pd_options;
+  uint16_t bootstrap_port = 0;
   app.add_option("--host", host, "listen address");
   app.add_option("--port", port, "HTTP port (0: the OS picks; printed on stdout)");
   app.add_option("--model-name", server_options.model_name, "served model name");
@@ -28,6 +33,19 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"vllm", "vllm-array", "sglang"}));
   app.add_option("--role", role, "disaggregation role")
       ->check(CLI::IsMember({"mixed", "prefill", "decode"}));
+  app.add_option("--pd-protocol", pd_protocol, "PD protocol of a prefill/decode worker (doc/pd.md)")
+      ->check(CLI::IsMember({"sglang-bootstrap", "vllm-nixl", "vllm-mooncake"}));
+  app.add_option("--engine-id", pd_options.engine_id,
+                 "vLLM engine id (default: mock-engine-<port>)");
+  app.add_option("--bootstrap-port", bootstrap_port,
+                 "prefill: port of the bootstrap / side-channel listener (0: the OS picks)");
+  app.add_option("--pd-kv-wait-ms", pd_options.kv_wait_ms,
+                 "decode: how long the prefill's KV may take to appear")
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}));
+  app.add_option("--pd-kv-hold-ms", pd_options.kv_hold_ms,
+                 "prefill: how long computed KV waits for its decode leg")
+      ->check(CLI::Range(int64_t{1}, int64_t{3600000}));
+  infera::sim::AddKvTransferFlags(app, pd_options.transfer);
   infera::sim::AddEngineFlags(app, runner_options.engine);
   app.add_option("--kv-events-endpoint", runner_options.events_endpoint,
                  "ZMQ PUB bind endpoint of rank 0 (rank r: port + r)");
@@ -56,6 +74,18 @@ int main(int argc, char** argv) {
   app.add_option("--seed", runner_options.seed, "seed of the fault injection");
   app.add_option("--io-threads", io_threads, "HTTP event loops")->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
+  if ((role == "mixed") != pd_protocol.empty()) {
+    std::fprintf(stderr, "infera-mock-engine: --role %s %s --pd-protocol\n", role.c_str(),
+                 role == "mixed" ? "takes no" : "needs");
+    return 2;
+  }
+  pd_options.role = role == "prefill"  ? infera::discovery::DisaggMode::kPrefill
+                    : role == "decode" ? infera::discovery::DisaggMode::kDecode
+                                       : infera::discovery::DisaggMode::kMixed;
+  pd_options.protocol = *infera::discovery::ParsePdProtocol(pd_protocol);
+  pd_options.advertise_host = advertise_host;
+  pd_options.block_size = runner_options.engine.block_size;
+  pd_options.speedup = runner_options.engine.timing.speedup;
   server_options.seed = runner_options.seed;
   runner_options.engine.track_router_hashes = true;
   runner_options.shape = engine_kind == "sglang"       ? infera::events::WireShape::kSglang
@@ -95,9 +125,36 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "infera-mock-engine: listen: %s\n", std::string(s.message()).c_str());
     return 2;
   }
+  if (pd_options.engine_id.empty()) {
+    pd_options.engine_id = "mock-engine-" + std::to_string(server.port());
+  }
+  std::unique_ptr<infera::mock::PdRole> pd;
+  std::unique_ptr<infera::http::Server> bootstrap;
+  if (pd_options.role != infera::discovery::DisaggMode::kMixed) {
+    pd = std::make_unique<infera::mock::PdRole>(pd_options, pool);
+    mock.set_pd(pd.get());
+  }
+  if (pd_options.role == infera::discovery::DisaggMode::kPrefill) {
+    infera::http::ServerOptions bootstrap_options;
+    bootstrap_options.host = host;
+    bootstrap_options.port = bootstrap_port;
+    bootstrap = std::make_unique<infera::http::Server>(
+        pool, bootstrap_options,
+        [role = pd.get()](infera::http::Request& req, infera::http::ResponseWriter& w) {
+          return role->HandleBootstrap(req, w);
+        });
+    if (absl::Status s = bootstrap->Listen(); !s.ok()) {
+      std::fprintf(stderr, "infera-mock-engine: bootstrap listen: %s\n",
+                   std::string(s.message()).c_str());
+      return 2;
+    }
+    pd->set_bootstrap_port(bootstrap->port());
+    bootstrap->Start();
+  }
   server.Start();
   pool.Start();
   std::printf("infera-mock-engine listening port=%u", server.port());
+  if (bootstrap) std::printf(" bootstrap=%u", bootstrap->port());
   for (const std::string& e : (*runner)->EventEndpoints()) std::printf(" events=%s", e.c_str());
   for (const std::string& e : (*runner)->ReplayEndpoints()) {
     if (!e.empty()) std::printf(" replay=%s", e.c_str());
@@ -116,9 +173,18 @@ int main(int argc, char** argv) {
     record.url = "http://" + record.worker_id;
     record.model_name = server_options.model_name;
     record.engine = engine_kind == "sglang" ? "sglang" : "vllm";
-    record.disagg_mode = role == "prefill"  ? infera::discovery::DisaggMode::kPrefill
-                         : role == "decode" ? infera::discovery::DisaggMode::kDecode
-                                            : infera::discovery::DisaggMode::kMixed;
+    record.disagg_mode = pd_options.role;
+    record.disagg_protocol = pd_protocol;
+    if (bootstrap) {
+      const std::string port = std::to_string(bootstrap->port());
+      if (pd_options.protocol == infera::discovery::PdProtocol::kSglangBootstrap) {
+        record.disagg_params_json =
+            R"({"bootstrap_host":")" + advertise_host + R"(","bootstrap_port":)" + port + "}";
+      } else if (pd_options.protocol == infera::discovery::PdProtocol::kVllmMooncake) {
+        record.disagg_params_json = R"({"bootstrap_addr":")" + advertise_host + ":" + port +
+                                    R"(","engine_id":")" + pd_options.engine_id + R"("})";
+      }
+    }
     record.kv_events_endpoint = with_host((*runner)->EventEndpoints()[0]);
     record.kv_replay_endpoint = with_host((*runner)->ReplayEndpoints()[0]);
     record.kv_block_size = static_cast<uint32_t>(runner_options.engine.block_size);
@@ -140,6 +206,7 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&signals, &sig);
   if (registrar) (void)registrar->Stop();
+  if (bootstrap) bootstrap->Shutdown();
   server.Shutdown();
   pool.Stop();
   return 0;

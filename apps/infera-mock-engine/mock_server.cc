@@ -110,9 +110,20 @@ http::Awaitable<void> MockServer::Handle(http::Request& req, http::ResponseWrite
   } else if (req.method == "GET" && path == "/metrics") {
     http::Headers headers;
     headers.Add("Content-Type", "text/plain; version=0.0.4");
-    co_await w.Send(200, headers, runner_.MetricsText(options_.model_name));
+    // Built before the co_await: GCC 12 evaluates both arms of a conditional inside a
+    // co_await's full-expression.
+    std::string text = runner_.MetricsText(options_.model_name);
+    if (pd_) text += pd_->MetricsText();
+    co_await w.Send(200, headers, std::move(text));
   } else if (req.method == "GET" && path == "/debug/kv-blocks") {
     co_await SendJson(w, 200, runner_.DebugDump());
+  } else if (req.method == "GET" && path == "/debug/requests") {
+    json list = json::array();
+    {
+      std::lock_guard<std::mutex> lock(recent_mu_);
+      for (const json& r : recent_) list.push_back(r);
+    }
+    co_await SendJson(w, 200, list);
   } else if (req.method == "POST" && path == "/reset_prefix_cache") {
     if (runner_.ResetPrefixCache()) {
       const json ok = StatusOk();
@@ -216,12 +227,41 @@ http::Awaitable<void> MockServer::Generate(http::Request& req, http::ResponseWri
     co_await SendError(w, 400, "data parallel rank out of range");
     co_return;
   }
+  {
+    std::lock_guard<std::mutex> lock(recent_mu_);
+    recent_.push_back(
+        {{"path", std::string(req.path())},
+         {"body", body},
+         {"data_parallel_rank_header", std::string(req.headers.Get("X-Data-Parallel-Rank"))}});
+    if (recent_.size() > 64) recent_.pop_front();
+  }
+  PdLeg leg;
+  if (pd_) {
+    absl::StatusOr<PdLeg> classified = pd_->Classify(body, runner_.dp_size(), rank);
+    if (!classified.ok()) {
+      co_await SendError(w, 400, std::string(classified.status().message()));
+      co_return;
+    }
+    leg = *std::move(classified);
+    if (leg.dp_rank) rank = leg.dp_rank;
+    if (leg.kind == PdLeg::Kind::kPrefill) max_tokens = 1;  // a prefill worker only prefills
+  }
   if (ShouldFail()) {
     co_await SendError(w, 500, "injected failure (--fail-fraction)");
     co_return;
   }
   const uint32_t r = rank.value_or(runner_.LeastLoadedRank());
   const size_t prompt_tokens = prompt->size();
+  std::vector<core::TokenId> prefill_prompt;  // a prefill leg holds it for its decode leg
+  if (leg.kind == PdLeg::Kind::kPrefill) prefill_prompt = *prompt;
+  if (leg.kind == PdLeg::Kind::kDecode) {
+    absl::Status received =
+        co_await pd_->Receive(leg, *prompt, runner_.CachedPrefixTokens(r, *prompt));
+    if (!received.ok()) {
+      co_await SendError(w, 500, std::string(received.message()));
+      co_return;
+    }
+  }
 
   auto channel = std::make_shared<Channel>(co_await http::asio::this_coro::executor);
   uint64_t engine_id = 0;
@@ -234,7 +274,7 @@ http::Awaitable<void> MockServer::Generate(http::Request& req, http::ResponseWri
         }
         http::asio::post(channel->timer.get_executor(), [channel] { channel->timer.cancel(); });
       },
-      &engine_id);
+      &engine_id, /*remote_prefill=*/leg.kind == PdLeg::Kind::kDecode);
   if (!accepted) {
     co_await SendError(w, 400,
                        "prompt of " + std::to_string(prompt_tokens) +
@@ -287,6 +327,7 @@ http::Awaitable<void> MockServer::Generate(http::Request& req, http::ResponseWri
   size_t produced = 0;
   uint32_t cached = 0;
   bool done = false;
+  json pd_fields;  // a prefill leg's answer to its decode leg (nixl: kv_transfer_params)
   while (!done) {
     std::deque<sim::TokenOutput> batch;
     {
@@ -307,6 +348,7 @@ http::Awaitable<void> MockServer::Generate(http::Request& req, http::ResponseWri
       ++produced;
       done = done || o.finished;
     }
+    if (done && leg.kind == PdLeg::Kind::kPrefill) pd_fields = pd_->Hold(leg, prefill_prompt);
     if (stream) {
       std::string sse =
           "data: " + chunk(piece, done ? "length" : nullptr, produced == batch.size()).dump() +
@@ -332,8 +374,9 @@ http::Awaitable<void> MockServer::Generate(http::Request& req, http::ResponseWri
   if (stream) {
     co_await w.EndStream();
   } else {
-    const json out = FinalResponse(id, object, created, options_.model_name, chat, text,
-                                   usage(cached, produced));
+    json out = FinalResponse(id, object, created, options_.model_name, chat, text,
+                             usage(cached, produced));
+    if (pd_fields.is_object()) out.update(pd_fields);
     co_await SendJson(w, 200, out);
   }
   const uint64_t served = served_.fetch_add(1) + 1;

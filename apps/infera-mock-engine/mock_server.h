@@ -13,6 +13,9 @@
 //                               -> {"tokens": [...], "count": N, "max_model_len": L}
 //   GET  /v1/models, /health, /metrics
 //   GET  /debug/kv-blocks       EngineRunner::DebugDump()
+//   GET  /debug/requests        the last 64 generation requests received:
+//                               [{"path", "body", "data_parallel_rank_header"}], oldest first
+//   PD roles (--role prefill|decode --pd-protocol P): PdRole (pd_role.h)
 //   POST /reset_prefix_cache    AllBlocksCleared on every rank
 // Errors use the OpenAI shape {"error": {"message", "type", "code"}}.
 //
@@ -24,12 +27,15 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/clock.h"
 #include "engine_runner.h"
 #include "http/server.h"
+#include "pd_role.h"
 #include "prompt_tokenizer.h"
 
 namespace infera::mock {
@@ -47,6 +53,8 @@ class MockServer {
   MockServer(EngineRunner& runner, const PromptTokenizer& tokenizer, MockServerOptions options);
 
   http::Awaitable<void> Handle(http::Request& request, http::ResponseWriter& writer);
+  // PD role of this worker (nullptr: a plain mixed worker). Must outlive the server.
+  void set_pd(PdRole* pd) { pd_ = pd; }
 
  private:
   http::Awaitable<void> Generate(http::Request& request, http::ResponseWriter& writer, bool chat);
@@ -60,6 +68,9 @@ class MockServer {
   core::Random rng_;
   std::atomic<uint64_t> served_{0};
   std::atomic<uint64_t> next_id_{1};
+  PdRole* pd_ = nullptr;
+  std::mutex recent_mu_;
+  std::deque<nlohmann::json> recent_;  // guarded by recent_mu_
 };
 
 }  // namespace infera::mock

@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   CLI::App app{"infera-register: registers a worker record in etcd under a lease"};
   std::string record_json, worker_id, url, model_name, engine = "vllm", disagg_mode = "mixed";
   std::string disagg_protocol, kv_events_endpoint, kv_replay_endpoint;
+  std::string bootstrap_host, bootstrap_addr, engine_id;
+  uint32_t bootstrap_port = 0;
   uint32_t kv_block_size = 16, dp_rank = 0, dp_size = 1;
   EtcdRegistrarOptions options;
   std::string log_level = "info";
@@ -39,6 +41,14 @@ int main(int argc, char** argv) {
   app.add_option("--disagg-mode", disagg_mode, "mixed | prefill | decode")->capture_default_str();
   app.add_option("--disagg-protocol", disagg_protocol,
                  "sglang-bootstrap | vllm-nixl | vllm-mooncake (PD workers)");
+  app.add_option("--bootstrap-host", bootstrap_host,
+                 "sglang-bootstrap prefill: bootstrap host (default: the --url host)");
+  app.add_option("--bootstrap-port", bootstrap_port,
+                 "sglang-bootstrap prefill: bootstrap port (default: 8998)")
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--bootstrap-addr", bootstrap_addr,
+                 "vllm-mooncake prefill: bootstrap server host:port (default: url host:8998)");
+  app.add_option("--engine-id", engine_id, "vllm-mooncake prefill: kv_transfer_config.engine_id");
   app.add_option("--kv-events-endpoint", kv_events_endpoint,
                  "ZMQ PUB endpoint of rank dp_rank's KV events, tcp://host:port");
   app.add_option("--kv-replay-endpoint", kv_replay_endpoint, "ZMQ ROUTER replay endpoint");
@@ -78,7 +88,12 @@ int main(int argc, char** argv) {
                           {"kv_block_size", kv_block_size},
                           {"dp_rank", dp_rank},
                           {"dp_size", dp_size}};
-    obj["disagg_meta"]["params"] = nlohmann::json::object();
+    nlohmann::json params = nlohmann::json::object();
+    if (!bootstrap_host.empty()) params["bootstrap_host"] = bootstrap_host;
+    if (bootstrap_port != 0) params["bootstrap_port"] = bootstrap_port;
+    if (!bootstrap_addr.empty()) params["bootstrap_addr"] = bootstrap_addr;
+    if (!engine_id.empty()) params["engine_id"] = engine_id;
+    obj["disagg_meta"]["params"] = params;
     if (!worker_id.empty()) obj["worker_id"] = worker_id;
     record = infera::discovery::WorkerRecordFromJson(obj);
   }

@@ -67,6 +67,15 @@ absl::StatusOr<WorkerRecord> ParseWorkerFlag(std::string_view flag) {
       obj[std::string(key)] = std::string(value);
     } else if (key == "disagg_protocol") {
       meta["protocol"] = std::string(value);
+    } else if (key == "bootstrap_host" || key == "bootstrap_addr" || key == "engine_id") {
+      meta["params"][std::string(key)] = std::string(value);
+    } else if (key == "bootstrap_port") {
+      uint64_t v = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+      if (value.empty() || ec != std::errc() || end != value.data() + value.size()) {
+        return error(Cat("'bootstrap_port' must be a port number, got '", value, "'"));
+      }
+      meta["params"]["bootstrap_port"] = v;
     } else if (IsOneOf(key, kIntKeys)) {
       uint64_t v = 0;
       auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);

@@ -38,6 +38,25 @@ TEST(WorkerFlagTest, AllKeys) {
   EXPECT_EQ(r->dp_size, 2u);
 }
 
+TEST(WorkerFlagTest, DisaggParamsKeys) {
+  auto r = ParseWorkerFlag(
+      "http://h:8000,disagg_mode=prefill,disagg_protocol=sglang-bootstrap,bootstrap_host=b,"
+      "bootstrap_port=9000");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->pd.bootstrap_host, "b");
+  EXPECT_EQ(r->pd.bootstrap_port, 9000u);
+  auto m = ParseWorkerFlag(
+      "http://h:8000,disagg_mode=prefill,disagg_protocol=vllm-mooncake,engine_id=e0,"
+      "bootstrap_addr=h:8998");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->pd.bootstrap_addr, "h:8998");
+  EXPECT_EQ(m->pd.engine_id, "e0");
+  EXPECT_THAT(ErrorOf(ParseWorkerFlag("http://h:1,disagg_mode=prefill").status()),
+              HasSubstr("disagg_meta.protocol' is required"));
+  EXPECT_THAT(ErrorOf(ParseWorkerFlag("http://h:1,bootstrap_port=x").status()),
+              HasSubstr("'bootstrap_port' must be a port number"));
+}
+
 TEST(WorkerFlagTest, Errors) {
   EXPECT_THAT(ErrorOf(ParseWorkerFlag("").status()), HasSubstr("expected URL"));
   EXPECT_THAT(ErrorOf(ParseWorkerFlag("h:1").status()), HasSubstr("http://"));

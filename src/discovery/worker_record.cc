@@ -124,6 +124,7 @@ absl::StatusOr<WorkerRecord> WorkerRecordFromJson(const json& obj) {
   if (!parsed_mode.ok()) return FieldError("disagg_mode", MessageOf(parsed_mode.status()));
   r.disagg_mode = *parsed_mode;
 
+  json params = json::object();
   if (auto it = obj.find("disagg_meta"); it != obj.end() && !it->is_null()) {
     if (!it->is_object()) return FieldError("disagg_meta", "must be an object");
     if (auto s = ReadString(*it, "protocol", &r.disagg_protocol); !s.ok()) {
@@ -131,9 +132,16 @@ absl::StatusOr<WorkerRecord> WorkerRecordFromJson(const json& obj) {
     }
     if (auto p = it->find("params"); p != it->end() && !p->is_null()) {
       if (!p->is_object()) return FieldError("disagg_meta.params", "must be an object");
-      r.disagg_params_json = p->dump(-1, ' ', false, json::error_handler_t::replace);
+      params = *p;
     }
   }
+  auto protocol = ParsePdProtocol(r.disagg_protocol);
+  if (!protocol.ok()) return FieldError("disagg_meta.protocol", MessageOf(protocol.status()));
+  r.pd_protocol = *protocol;
+  auto pd = ParsePdParams(r.pd_protocol, r.disagg_mode, HostOfHostPort(*host_port), params);
+  if (!pd.ok()) return pd.status();
+  r.pd = *std::move(pd);
+  r.disagg_params_json = params.dump(-1, ' ', false, json::error_handler_t::replace);
   if (auto s = ReadString(obj, "kv_events_endpoint", &r.kv_events_endpoint); !s.ok()) return s;
   if (auto s = CheckEndpoint("kv_events_endpoint", r.kv_events_endpoint); !s.ok()) return s;
   if (auto s = ReadString(obj, "kv_replay_endpoint", &r.kv_replay_endpoint); !s.ok()) return s;

@@ -24,11 +24,10 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "discovery/disagg_meta.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace infera::discovery {
-
-enum class DisaggMode : uint8_t { kMixed = 0, kPrefill = 1, kDecode = 2 };
 
 struct WorkerRecord {
   std::string worker_id;  // "host:port", unique key
@@ -37,9 +36,11 @@ struct WorkerRecord {
   std::string engine = "vllm";  // sglang | vllm | atom | mock
   DisaggMode disagg_mode = DisaggMode::kMixed;
   std::string disagg_protocol;            // sglang-bootstrap | vllm-nixl | vllm-mooncake | ""
-  std::string disagg_params_json = "{}";  // protocol parameters, raw JSON object
-  std::string kv_events_endpoint;         // "tcp://host:5557" for rank 0; rank r uses port + r
-  std::string kv_replay_endpoint;         // optional ROUTER socket for gap replay
+  std::string disagg_params_json = "{}";  // protocol parameters, JSON object (defaults applied)
+  PdProtocol pd_protocol = PdProtocol::kNone;  // disagg_protocol, parsed
+  PdParams pd;                                 // disagg_params_json, typed (disagg_meta.h)
+  std::string kv_events_endpoint;              // "tcp://host:5557" for rank 0; rank r uses port + r
+  std::string kv_replay_endpoint;              // optional ROUTER socket for gap replay
   uint32_t kv_block_size = 16;
   uint32_t dp_rank = 0;  // first rank this record describes
   uint32_t dp_size = 1;  // ranks dp_rank .. dp_rank + dp_size - 1

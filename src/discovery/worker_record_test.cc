@@ -30,8 +30,9 @@ TEST(WorkerRecordTest, ParsesEveryField) {
   EXPECT_EQ(r->engine, "sglang");
   EXPECT_EQ(r->disagg_mode, DisaggMode::kPrefill);
   EXPECT_EQ(r->disagg_protocol, "sglang-bootstrap");
+  // The prefill worker's bootstrap_host defaults to the url's host (disagg_meta.h).
   EXPECT_EQ(nlohmann::json::parse(r->disagg_params_json),
-            nlohmann::json({{"bootstrap_port", 8998}}));
+            nlohmann::json({{"bootstrap_host", "10.0.0.5"}, {"bootstrap_port", 8998}}));
   EXPECT_EQ(r->kv_events_endpoint, "tcp://10.0.0.5:5557");
   EXPECT_EQ(r->kv_replay_endpoint, "tcp://10.0.0.5:5558");
   EXPECT_EQ(r->kv_block_size, 32u);

@@ -20,6 +20,8 @@ struct Engine::Seq {
   size_t cached_blocks = 0;  // blocks[0, cached_blocks) are registered in the cache
   uint32_t cached_tokens = 0;
   bool admitted = false;
+  bool remote_prefill = false;  // EngineRequest::remote_prefill, until first admission
+  bool remote_step = false;     // this step runs the last prompt token of a remote prefill
 };
 
 Engine::Engine(const EngineConfig& config)
@@ -66,6 +68,7 @@ bool Engine::AddRequest(EngineRequest request) {
   seq->id = request.id;
   seq->prompt_len = request.prompt.size();
   seq->max_tokens = request.max_tokens;
+  seq->remote_prefill = request.remote_prefill;
   seq->tokens = std::move(request.prompt);
   seq->tokens.reserve(max_len);
   seq->hashes = HashBlocks(seq->tokens);
@@ -194,7 +197,10 @@ StepResult Engine::Step() {
       const size_t max_hit = std::min((total - 1) / bs, s->hashes.size());
       hit_blocks = cache_.CountCachedPrefix(std::span(s->hashes).first(max_hit));
     }
-    const size_t computed = hit_blocks * bs;
+    const size_t hit_tokens = hit_blocks * bs;
+    // A remote prefill's KV arrives; the last prompt token is run here.
+    const bool remote = !s->admitted && s->remote_prefill;
+    const size_t computed = remote ? std::max(hit_tokens, total - 1) : hit_tokens;
     const size_t n = std::min(total - computed, budget);
     const size_t need_new = (computed + n + bs - 1) / bs - hit_blocks;
     const size_t free_after = cache_.NumFree() - cache_.CountFreeAmongCached(s->hashes, hit_blocks);
@@ -206,9 +212,10 @@ StepResult Engine::Step() {
     s->cached_blocks = hit_blocks;
     if (!s->admitted) {
       s->admitted = true;
-      s->cached_tokens = static_cast<uint32_t>(computed);
+      s->cached_tokens = static_cast<uint32_t>(hit_tokens);
       stats_.prompt_tokens += s->prompt_len;
-      stats_.cached_tokens += computed;
+      stats_.cached_tokens += hit_tokens;
+      s->remote_step = remote;
     }
     running_.push_back(s);
     scheduled.push_back({s, n});
@@ -219,7 +226,8 @@ StepResult Engine::Step() {
   size_t occupied = 0;
   for (const Scheduled& sc : scheduled) {
     const Seq& s = *sc.seq;
-    const bool decoding = s.outputs > 0 && sc.tokens == 1 && s.computed + 1 == s.tokens.size();
+    const bool decoding =
+        (s.outputs > 0 || s.remote_step) && sc.tokens == 1 && s.computed + 1 == s.tokens.size();
     if (decoding) {
       ++result.decode_seqs;
     } else {
@@ -237,6 +245,7 @@ StepResult Engine::Step() {
   for (const Scheduled& sc : scheduled) {
     Seq* s = sc.seq;
     s->computed += sc.tokens;
+    s->remote_step = false;
     CacheFullBlocks(s);
     if (s->computed < s->tokens.size()) continue;  // mid-prefill chunk
     TokenOutput out;

@@ -53,6 +53,11 @@ struct EngineRequest {
   uint64_t id = 0;  // unique among the engine's live requests
   std::vector<core::TokenId> prompt;
   size_t max_tokens = 1;  // output tokens to generate (>= 1)
+  // The decode leg of a disaggregated request: at its first admission the prompt's KV
+  // beyond the local prefix hit arrives from the prefill worker, so only the last
+  // prompt token is run here, timed as a decode step (doc/pd.md). After a preemption
+  // the prompt is recomputed locally.
+  bool remote_prefill = false;
 };
 
 // One token produced by a step.

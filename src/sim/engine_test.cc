@@ -242,3 +242,48 @@ TEST(EngineTest, TracksRouterHashesOfCachedBlocksWhenAsked) {
 
 }  // namespace
 }  // namespace infera::sim
+
+namespace infera::sim {
+namespace {
+
+// A PD decode leg: the prompt's KV arrives, so the first step runs one token, timed as
+// a decode step, and the transferred blocks are cached (and published) here.
+TEST(EngineTest, RemotePrefillRunsOnlyTheLastPromptTokenAsADecodeStep) {
+  Engine e(SmallConfig());
+  EngineRequest req{1, Tokens(200, 1), 3};
+  req.remote_prefill = true;
+  ASSERT_TRUE(e.AddRequest(req));
+  StepResult first = e.Step();
+  EXPECT_EQ(first.prefill_tokens, 0u);
+  EXPECT_EQ(first.decode_seqs, 1u);
+  ASSERT_EQ(first.outputs.size(), 1u);
+  EXPECT_EQ(first.outputs[0].index, 0u);
+  EXPECT_EQ(first.outputs[0].cached_tokens, 0u);  // nothing was cached locally
+  size_t stored = 0;
+  for (const KvEvent& ev : e.TakeEvents()) {
+    if (ev.kind == KvEvent::Kind::kBlockStored) stored += ev.block_hashes.size();
+  }
+  EXPECT_EQ(stored, 200u / 16);  // every full prompt block, as the transfer filled them
+  RunToIdle(e);
+  // The same prompt computed locally pays a prefill of all its tokens.
+  Engine local(SmallConfig());
+  ASSERT_TRUE(local.AddRequest({1, Tokens(200, 1), 3}));
+  StepResult computed = local.Step();
+  EXPECT_EQ(computed.prefill_tokens, 200u);
+  EXPECT_GT(computed.duration_ns, first.duration_ns);
+}
+
+TEST(EngineTest, RemotePrefillReportsTheLocalPrefixHit) {
+  Engine e(SmallConfig());
+  ASSERT_TRUE(e.AddRequest({1, Tokens(64, 1), 1}));
+  RunToIdle(e);
+  EngineRequest req{2, Tokens(100, 1), 2};
+  req.remote_prefill = true;
+  ASSERT_TRUE(e.AddRequest(req));
+  auto out = RunToIdle(e);
+  EXPECT_EQ(out[2][0].cached_tokens, 64u);
+  EXPECT_EQ(out[2].size(), 2u);
+}
+
+}  // namespace
+}  // namespace infera::sim

@@ -35,15 +35,24 @@ class Simulation {
         config_(config),
         progress_(progress),
         selector_(config.policy, index_),
+        planner_(selector_, index_, config.pd),
         guards_(workload.requests.size()) {
-    for (size_t e = 0; e < config.engines; ++e) {
+    for (size_t e = 0; e < config.total_engines(); ++e) {
       EngineSlot slot;
       slot.engine = std::make_unique<Engine>(config.engine);
       slot.target =
           index_.AddTarget({"sim-engine-" + std::to_string(e), 0}, config.engine.block_size);
       candidates_.push_back(slot.target);
+      if (engine_of_.size() <= slot.target) engine_of_.resize(slot.target + 1);
+      engine_of_[slot.target] = static_cast<uint32_t>(e);
+      if (config.pd_fleet()) {
+        const bool prefill = e < config.prefill_engines;
+        pd_candidates_.push_back(
+            {slot.target, prefill ? core::Role::kPrefill : core::Role::kDecode, "sim"});
+      }
       engines_.push_back(std::move(slot));
     }
+    if (config.pd_fleet()) prefill_guards_.resize(workload.requests.size());
     result_.requests.resize(workload.requests.size());
     const int64_t span = workload.requests.empty() ? 0 : workload.requests.back().arrival_ns;
     sample_interval_ns_ = config.sample_interval_ns > 0
@@ -58,7 +67,8 @@ class Simulation {
       const int64_t t_arrival = next < n ? workload_.requests[next].arrival_ns : kNever;
       const int64_t t_step = steps_.empty() ? kNever : steps_.top().first;
       const int64_t t_delivery = deliveries_.empty() ? kNever : deliveries_.front().time_ns;
-      const int64_t t = std::min({t_arrival, t_step, t_delivery});
+      const int64_t t_handoff = handoffs_.empty() ? kNever : handoffs_.top().first;
+      const int64_t t = std::min({t_arrival, t_step, t_delivery, t_handoff});
       if (t == kNever) break;
       Sample(t);
       if (t_delivery == t) {
@@ -67,6 +77,10 @@ class Simulation {
         const uint32_t e = steps_.top().second;
         steps_.pop();
         CompleteStep(e, t);
+      } else if (t_handoff == t) {
+        const size_t i = handoffs_.top().second;
+        handoffs_.pop();
+        Handoff(i, t);
       } else {
         Arrive(next++, t);
         if (progress_ && (next % 256 == 0 || next == n)) progress_(next, n);
@@ -107,9 +121,18 @@ class Simulation {
 
   void CompleteStep(uint32_t e, int64_t t) {
     EngineSlot& s = engines_[e];
+    const bool prefill_engine = config_.pd_fleet() && e < config_.prefill_engines;
     for (const TokenOutput& o : s.pending.outputs) {
       RequestOutcome& r = result_.requests[o.request_id];
-      if (o.index == 0) {
+      if (prefill_engine) {
+        PrefillDone(o, t);
+        continue;
+      }
+      if (o.index == 0 && r.prefill_engine >= 0) {
+        // The decode leg of a disaggregated request: the prefill hit stays the request's.
+        r.first_token_ns = t;
+        r.decode_cached_tokens = o.cached_tokens;
+      } else if (o.index == 0) {
         r.first_token_ns = t;
         r.cached_tokens = o.cached_tokens;
         if (config_.release_load_at_first_token) guards_[o.request_id].Release();
@@ -153,6 +176,60 @@ class Simulation {
     }
   }
 
+  // The prefill leg answered (its one token): release its load, move the KV.
+  void PrefillDone(const TokenOutput& o, int64_t t) {
+    RequestOutcome& r = result_.requests[o.request_id];
+    r.cached_tokens = o.cached_tokens;
+    r.prefill_done_ns = t;
+    prefill_guards_[o.request_id].Release();
+    workload_.Materialize(workload_.requests[o.request_id], tokens_);
+    const size_t local = engines_[r.engine].engine->CachedPrefixTokens(tokens_);
+    r.transfer_ns = static_cast<int64_t>(
+        config_.kv_transfer.TransferNs(tokens_.size() - std::min(local, tokens_.size())) /
+        config_.engine.timing.speedup);
+    handoffs_.push({t + r.transfer_ns, o.request_id});
+  }
+
+  // The KV has arrived at the decode engine: it runs the rest of the request.
+  void Handoff(size_t i, int64_t t) {
+    RequestOutcome& r = result_.requests[i];
+    const WorkloadRequest& w = workload_.requests[i];
+    std::vector<core::TokenId> tokens;
+    workload_.Materialize(w, tokens);
+    Submit(i, r.engine, {i, std::move(tokens), w.output_tokens, /*remote_prefill=*/true}, t);
+  }
+
+  void Submit(size_t i, uint32_t e, EngineRequest request, int64_t t) {
+    EngineSlot& s = engines_[e];
+    if (!s.engine->AddRequest(std::move(request))) {
+      result_.requests[i].rejected = true;
+      guards_[i].Release();
+      if (!prefill_guards_.empty()) prefill_guards_[i].Release();
+      return;
+    }
+    if (!s.busy) StartStep(e, t);
+  }
+
+  void ArrivePd(size_t i, const core::RoutingInput& input, std::vector<core::TokenId> tokens,
+                int64_t t) {
+    const WorkloadRequest& w = workload_.requests[i];
+    RequestOutcome& r = result_.requests[i];
+    absl::StatusOr<core::PdPlan> plan = planner_.Plan(input, pd_candidates_);
+    assert(plan.ok());  // both pools are always present
+    r.engine = engine_of_[plan->main.picked];
+    guards_[i] = std::move(plan->main.guard);
+    if (plan->kind == core::PdPlanKind::kDecodeOnly) {
+      r.decode_only = true;
+      r.router_hits = plan->main.cache_hits;
+      Submit(i, r.engine, {i, std::move(tokens), w.output_tokens}, t);
+      return;
+    }
+    r.prefill_engine = static_cast<int32_t>(engine_of_[plan->prefill->picked]);
+    r.router_hits = plan->prefill->cache_hits;
+    prefill_guards_[i] = std::move(plan->prefill->guard);
+    Submit(i, static_cast<uint32_t>(r.prefill_engine), {i, std::move(tokens), 1}, t);
+  }
+
   void Arrive(size_t i, int64_t t) {
     const WorkloadRequest& w = workload_.requests[i];
     RequestOutcome& r = result_.requests[i];
@@ -166,6 +243,10 @@ class Simulation {
     input.request_id = request_id_;
     input.tokens = std::span<const core::TokenId>(tokens);
     input.image_keys = w.image_keys;
+    if (config_.pd_fleet()) {
+      ArrivePd(i, input, std::move(tokens), t);
+      return;
+    }
     absl::StatusOr<core::PickResult> pick = selector_.Pick(input, candidates_);
     assert(pick.ok());  // candidates are never empty
     const auto it = std::find(candidates_.begin(), candidates_.end(), pick->picked);
@@ -187,9 +268,17 @@ class Simulation {
   const ProgressFn& progress_;
   core::KvIndex index_;
   core::Selector selector_;
+  core::PdPlanner planner_;
   std::vector<EngineSlot> engines_;
   std::vector<core::TargetId> candidates_;
-  std::vector<core::LoadState::ActiveGuard> guards_;
+  std::vector<core::PdCandidate> pd_candidates_;
+  std::vector<uint32_t> engine_of_;                           // TargetId -> engine
+  std::vector<core::LoadState::ActiveGuard> guards_;          // decode (or only) leg
+  std::vector<core::LoadState::ActiveGuard> prefill_guards_;  // PD fleets
+  std::priority_queue<std::pair<int64_t, size_t>, std::vector<std::pair<int64_t, size_t>>,
+                      std::greater<>>
+      handoffs_;                       // KV arrivals at decode engines
+  std::vector<core::TokenId> tokens_;  // scratch
   std::priority_queue<std::pair<int64_t, uint32_t>, std::vector<std::pair<int64_t, uint32_t>>,
                       std::greater<>>
       steps_;
@@ -204,7 +293,7 @@ class Simulation {
 
 OfflineResult RunOffline(const Workload& workload, const OfflineConfig& config,
                          const ProgressFn& progress) {
-  assert(config.engines > 0);
+  assert(config.total_engines() > 0);
   Simulation sim(workload, config, progress);
   return sim.Run();
 }

@@ -25,8 +25,10 @@
 #include <functional>
 #include <vector>
 
+#include "core/pd_planner.h"
 #include "core/selector.h"
 #include "sim/engine.h"
+#include "sim/kv_transfer.h"
 #include "sim/workload.h"
 
 namespace infera::sim {
@@ -42,6 +44,16 @@ struct OfflineConfig {
   bool release_load_at_first_token = false;
   // Load samples (requests per engine) are taken this often; 0 = about 400 samples.
   int64_t sample_interval_ns = 0;
+  // PD fleet (doc/pd.md): with both > 0 they replace `engines`; engines
+  // [0, prefill_engines) are prefill workers, the rest decode workers, and every
+  // arrival goes through core::PdPlanner (the router's PD pick logic).
+  size_t prefill_engines = 0;
+  size_t decode_engines = 0;
+  core::PdConfig pd;
+  KvTransferModel kv_transfer;
+
+  bool pd_fleet() const { return prefill_engines > 0 && decode_engines > 0; }
+  size_t total_engines() const { return pd_fleet() ? prefill_engines + decode_engines : engines; }
 };
 
 struct RequestOutcome {
@@ -54,6 +66,13 @@ struct RequestOutcome {
   uint32_t router_hits = 0;    // blocks the router believed the picked engine held
   uint32_t engine = 0;
   bool rejected = false;  // the engine refused it (prompt larger than its cache)
+  // PD fleets: `engine` is the decode engine and `cached_tokens` the prefill engine's
+  // (or the decode engine's own when it served the whole request).
+  int32_t prefill_engine = -1;        // -1: no prefill leg (mixed fleet, or decode-only)
+  bool decode_only = false;           // conditional disaggregation kept it on the decode engine
+  int64_t prefill_done_ns = -1;       // the prefill leg's answer
+  int64_t transfer_ns = 0;            // KV transfer time charged before the decode leg
+  uint32_t decode_cached_tokens = 0;  // the decode engine's own prefix hit
 };
 
 struct OfflineResult {
@@ -74,7 +93,7 @@ struct OfflineResult {
 // Called every few hundred arrivals with (arrivals so far, total).
 using ProgressFn = std::function<void(size_t, size_t)>;
 
-// REQUIRES: config.engines > 0, config.policy.Validate().ok().
+// REQUIRES: config.total_engines() > 0, config.policy.Validate().ok().
 OfflineResult RunOffline(const Workload& workload, const OfflineConfig& config,
                          const ProgressFn& progress = nullptr);
 

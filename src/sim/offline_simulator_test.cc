@@ -117,3 +117,87 @@ TEST(OfflineSimulatorTest, OversizedPromptsAreRejectedNotHung) {
 
 }  // namespace
 }  // namespace infera::sim
+
+namespace infera::sim {
+namespace {
+
+OfflineConfig PdConfig(core::Policy policy, size_t prefill, size_t decode) {
+  OfflineConfig c = Config(policy, 0, 4096);
+  c.prefill_engines = prefill;
+  c.decode_engines = decode;
+  return c;
+}
+
+TEST(OfflineSimulatorTest, PdFleetRunsEveryRequestThroughBothLegs) {
+  Workload w = Shared();
+  OfflineConfig c = PdConfig(core::Policy::kKvAware, 2, 3);
+  OfflineResult r = RunOffline(w, c);
+  ASSERT_EQ(r.requests.size(), w.requests.size());
+  EXPECT_EQ(r.load_samples[0].size(), 5u);
+  for (const RequestOutcome& o : r.requests) {
+    EXPECT_FALSE(o.rejected);
+    EXPECT_FALSE(o.decode_only);
+    ASSERT_GE(o.prefill_engine, 0);
+    EXPECT_LT(o.prefill_engine, 2);
+    EXPECT_GE(o.engine, 2u);  // the decode engines follow the prefill engines
+    EXPECT_LT(o.engine, 5u);
+    EXPECT_GT(o.prefill_done_ns, o.arrival_ns);
+    EXPECT_GT(o.transfer_ns, 0);
+    EXPECT_GE(o.first_token_ns, o.prefill_done_ns + o.transfer_ns);
+    EXPECT_GE(o.finish_ns, o.first_token_ns);
+    EXPECT_EQ(o.output_tokens, 8u);
+  }
+  // Both pools cache what they hold and the router's index mirrors every engine.
+  for (size_t e = 0; e < 5; ++e) {
+    EXPECT_GT(r.engine_block_counts[e], 0u) << e;
+    EXPECT_EQ(r.router_block_counts[e], r.engine_block_counts[e]) << e;
+  }
+}
+
+TEST(OfflineSimulatorTest, PdPrefillFollowsCacheWithPerRoleWeights) {
+  Workload w = Shared();
+  OfflineConfig per_role = PdConfig(core::Policy::kKvAware, 3, 3);
+  per_role.policy.prefill_overlap_weight = 20;
+  per_role.policy.decode_overlap_weight = 2;
+  const double kv = HitRate(RunOffline(w, per_role));
+  const double rr = HitRate(RunOffline(w, PdConfig(core::Policy::kRoundRobin, 3, 3)));
+  EXPECT_GT(kv, rr + 0.1) << "kv " << kv << " rr " << rr;
+}
+
+TEST(OfflineSimulatorTest, PdConditionalDisaggregationKeepsShortUncachedWorkOnDecode) {
+  Workload w = Shared();  // 1024-token system prompts + 64-token questions
+  OfflineConfig c = PdConfig(core::Policy::kKvAware, 2, 2);
+  c.policy.prefill_overlap_weight = 20;
+  c.pd.min_uncached_tokens = 200;
+  OfflineResult r = RunOffline(w, c);
+  size_t decode_only = 0;
+  for (const RequestOutcome& o : r.requests) {
+    EXPECT_FALSE(o.rejected);
+    if (o.decode_only) {
+      ++decode_only;
+      EXPECT_EQ(o.prefill_engine, -1);
+      EXPECT_EQ(o.transfer_ns, 0);
+    }
+  }
+  // The first prompt of each group is uncached on every prefill engine: disaggregated;
+  // once the group's prefix is cached, only ~64 tokens remain: decode-only.
+  EXPECT_GT(decode_only, 0u);
+  EXPECT_LT(decode_only, w.requests.size());
+  EXPECT_FALSE(r.requests[0].decode_only);
+}
+
+TEST(OfflineSimulatorTest, PdTransferTimeFollowsTheBandwidth) {
+  Workload w = Shared();
+  OfflineConfig fast = PdConfig(core::Policy::kRoundRobin, 1, 1);
+  OfflineConfig slow = fast;
+  slow.kv_transfer.gbps = fast.kv_transfer.gbps / 10;
+  OfflineResult a = RunOffline(w, fast), b = RunOffline(w, slow);
+  // The first request: nothing is cached on the decode engine, the whole prompt moves.
+  const uint64_t tokens = w.requests[0].prompt_tokens;
+  EXPECT_EQ(a.requests[0].transfer_ns, fast.kv_transfer.TransferNs(tokens));
+  EXPECT_EQ(b.requests[0].transfer_ns, slow.kv_transfer.TransferNs(tokens));
+  EXPECT_NEAR(static_cast<double>(b.requests[0].transfer_ns) / a.requests[0].transfer_ns, 10, 0.01);
+}
+
+}  // namespace
+}  // namespace infera::sim

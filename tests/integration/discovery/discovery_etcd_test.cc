@@ -252,6 +252,26 @@ TEST_F(DiscoveryEtcdTest, SidecarRecordAppearsAndSigtermRemovesItAtOnce) {
   discovery->Stop();
 }
 
+// The PD flags land in disagg_mode / disagg_meta exactly as a record file would put them.
+TEST_F(DiscoveryEtcdTest, SidecarRegistersPdPrefillWorkerWithBootstrapParams) {
+  Recorder recorder;
+  auto discovery = StartDiscovery(recorder);
+  ChildProcess sidecar({INFERA_REGISTER_BIN, "--url", "http://127.0.0.1:9107", "--engine", "sglang",
+                        "--disagg-mode", "prefill", "--disagg-protocol", "sglang-bootstrap",
+                        "--bootstrap-port", "30001", "--etcd-endpoint", etcd_.endpoint()},
+                       etcd_.work_dir() + "/register-9107.log");
+  ASSERT_TRUE(sidecar.Start().ok());
+  ASSERT_TRUE(WaitFor([&] { return recorder.Has("127.0.0.1:9107"); }, kWaitMs));
+  auto record = recorder.Get("127.0.0.1:9107");
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->disagg_mode, DisaggMode::kPrefill);
+  EXPECT_EQ(record->pd_protocol, PdProtocol::kSglangBootstrap);
+  EXPECT_EQ(record->pd.bootstrap_host, "127.0.0.1");  // default: the url's host
+  EXPECT_EQ(record->pd.bootstrap_port, 30001u);
+  sidecar.Signal(SIGTERM);
+  EXPECT_EQ(sidecar.Wait(kWaitMs), 0);
+}
+
 TEST_F(DiscoveryEtcdTest, KilledSidecarVanishesAfterTheTtl) {
   Recorder recorder;
   auto discovery = StartDiscovery(recorder);
@@ -374,6 +394,12 @@ TEST(InferaRegisterFlagsTest, RejectsBadRecordsAndSettings) {
       {"--url", "http://h:1", "--lease-ttl-s", "10", "--keepalive-s", "10"},
       {"--url", "http://h:1", "--etcd-endpoint", "no-port"},
       {"--url", "http://h:1", "--kv-block-size", "-3"},
+      {"--url", "http://h:1", "--disagg-mode", "prefill"},  // no protocol
+      {"--url", "http://h:1", "--disagg-mode", "decode", "--disagg-protocol", "nccl"},
+      {"--url", "http://h:1", "--disagg-mode", "prefill", "--disagg-protocol", "vllm-mooncake"},
+      {"--url", "http://h:1", "--disagg-mode", "prefill", "--disagg-protocol", "vllm-mooncake",
+       "--engine-id", "e", "--bootstrap-addr", "nohostport"},
+      {"--url", "http://h:1", "--bootstrap-port", "70000"},
   };
   for (const auto& args : cases) {
     std::vector<std::string> argv = {INFERA_REGISTER_BIN};
