@@ -42,6 +42,9 @@ class Simulation {
       slot.target =
           index_.AddTarget({"sim-engine-" + std::to_string(e), 0}, config.engine.block_size);
       candidates_.push_back(slot.target);
+      if (config.capacity_known) {
+        selector_.load().SetCapacityBlocks(slot.target, config.engine.num_gpu_blocks);
+      }
       engines_.push_back(std::move(slot));
     }
     result_.requests.resize(workload.requests.size());
@@ -85,12 +88,17 @@ class Simulation {
   void Sample(int64_t t) {
     while (next_sample_ns_ <= t) {
       std::vector<uint32_t> load;
+      std::vector<float> kv;
       load.reserve(engines_.size());
+      kv.reserve(engines_.size());
       for (const EngineSlot& s : engines_) {
         load.push_back(static_cast<uint32_t>(s.engine->NumRunning() + s.engine->NumWaiting()));
+        const KvCache& cache = s.engine->cache();
+        kv.push_back(static_cast<float>(cache.NumUsed()) / static_cast<float>(cache.num_blocks()));
       }
       result_.sample_times_ns.push_back(next_sample_ns_);
       result_.load_samples.push_back(std::move(load));
+      result_.kv_samples.push_back(std::move(kv));
       next_sample_ns_ += sample_interval_ns_;
     }
   }
@@ -112,6 +120,7 @@ class Simulation {
       if (o.index == 0) {
         r.first_token_ns = t;
         r.cached_tokens = o.cached_tokens;
+        guards_[o.request_id].PrefillDone();
         if (config_.release_load_at_first_token) guards_[o.request_id].Release();
       }
       r.output_tokens = o.index + 1;
