@@ -107,7 +107,16 @@ LoadState::ActiveGuard LoadState::AddActive(TargetId target, std::span<const Blo
   slot.anonymous_blocks += anonymous_blocks;
   if (prefill.blocks > 0) {
     guard.prefill_id_ = next_prefill_id_++;
-    slot.prefills.push_back({guard.prefill_id_, prefill.blocks, prefill.last_block});
+    Prefill p{.id = guard.prefill_id_,
+              .blocks = prefill.blocks,
+              .missed = prefill.blocks,
+              .last_block = prefill.last_block};
+    if (!guard.blocks_.empty() && prefill.first_block < guard.blocks_.size()) {
+      p.chain = guard.blocks_.data();
+      p.chain_len = guard.blocks_.size();
+      p.first_block = prefill.first_block;
+    }
+    slot.prefills.push_back(p);
     slot.prefill_blocks += prefill.blocks;
   }
   ++slot.pending_guards;
@@ -162,12 +171,27 @@ void LoadState::Settle(TargetId target, absl::FunctionRef<bool(BlockHash)> confi
   if (target >= slots_.size() || !slots_[target].live) return;
   Slot& slot = slots_[target];
   if (!slot.prefills.empty()) {
-    std::erase_if(slot.prefills, [&](const Prefill& p) {
-      if (!p.last_block || !confirmed(*p.last_block)) return false;
-      slot.prefill_blocks -= p.blocks;
-      return true;
+    std::erase_if(slot.prefills, [&](Prefill& p) {
+      if (p.chain != nullptr) {
+        // The longest confirmed run from first_block (binary search: the blocks of
+        // a prefill are stored in chain order).
+        size_t lo = 0, hi = p.chain_len - p.first_block;
+        while (lo < hi) {
+          const size_t mid = lo + (hi - lo + 1) / 2;
+          if (confirmed(p.chain[p.first_block + mid - 1])) {
+            lo = mid;
+          } else {
+            hi = mid - 1;
+          }
+        }
+        if (lo == p.chain_len - p.first_block) return true;  // all written: done
+        p.blocks = std::max(0.0, p.missed - static_cast<double>(lo));
+        return false;
+      }
+      return p.last_block && confirmed(*p.last_block);
     });
-    if (slot.prefills.empty()) slot.prefill_blocks = 0;
+    slot.prefill_blocks = 0;
+    for (const Prefill& p : slot.prefills) slot.prefill_blocks += p.blocks;
   }
   if (!slot.charges.empty()) {
     const double negligible = kNegligibleBlocks / recent_scale_;

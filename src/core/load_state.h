@@ -7,7 +7,8 @@
 //    Two in-flight requests sharing a prefix count the shared blocks once. Requests
 //    without token ids (no tokenizer) add anonymous blocks that are never shared.
 //  * Pending prefill: the blocks each in-flight request must still compute (its
-//    uncached blocks), until it is past its prefill: its guard's PrefillDone() (first
+//    uncached blocks, less those the view already confirms: a chunked prefill's
+//    first chunks), until it is past its prefill: its guard's PrefillDone() (first
 //    token), its release, or Settle() finding its last block in the target's view
 //    (the events confirm the prefill wrote it), whichever comes first.
 //  * KV capacity: known (SetCapacityBlocks, the worker's num_gpu_blocks) or learned
@@ -82,6 +83,10 @@ struct PendingPrefill {
   // target's view holds it, the prefill is done. nullopt: settled only by
   // PrefillDone() or release.
   std::optional<BlockHash> last_block;
+  // When AddActive is given the request's chain: the prefill computes the chain from
+  // this block on, and Settle() counts its progress — the blocks from here that the
+  // view already holds (a chunked prefill stores its blocks in order) are done.
+  size_t first_block = 0;
 };
 
 class LoadState {
@@ -168,8 +173,14 @@ class LoadState {
  private:
   struct Prefill {
     uint64_t id = 0;
-    double blocks = 0;
+    double blocks = 0;  // still to compute
+    double missed = 0;  // at the pick
     std::optional<BlockHash> last_block;
+    // The guard's chain (its heap buffer survives moves of the guard; the entry is
+    // dropped before the guard frees it) and where the prefill starts in it.
+    const BlockHash* chain = nullptr;
+    size_t chain_len = 0;
+    size_t first_block = 0;
   };
   struct Charge {
     double scaled = 0;  // blocks / recent_scale_ at the time of the charge

@@ -152,8 +152,9 @@ TEST(LoadStateTest, RecentChargesSettleWhenConfirmed) {
 TEST(LoadStateTest, WorkTermIsPendingPrefillPlusKvPressure) {
   LoadState load;  // defaults: work term, threshold 0.8, slope 4
   EXPECT_EQ(load.options().term, LoadTerm::kWork);
-  auto a = load.AddActive(0, kPrefix, 0, {.blocks = 3, .last_block = BlockHash{4}});
-  auto b = load.AddActive(0, With(kPrefix, {5, 6}), 0, {.blocks = 2.5, .last_block = std::nullopt});
+  auto a = load.AddActive(0, kPrefix, 0, {.blocks = 3, .last_block = BlockHash{4}, .first_block = 0});
+  auto b = load.AddActive(0, With(kPrefix, {5, 6}), 0,
+                          {.blocks = 2.5, .last_block = std::nullopt, .first_block = 4});
   EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 5.5);
   EXPECT_DOUBLE_EQ(load.Load(0, 100), 5.5);  // capacity unknown: no pressure
   load.SetCapacityBlocks(0, 10);
@@ -161,8 +162,8 @@ TEST(LoadStateTest, WorkTermIsPendingPrefillPlusKvPressure) {
   EXPECT_DOUBLE_EQ(load.KvPressure(0, 4), 8);
   EXPECT_DOUBLE_EQ(load.KvPressure(0, 2), 0);
   EXPECT_DOUBLE_EQ(load.Load(0, 4), 5.5 + 8);
-  // The events confirm a's last block: a's prefill is done (b has no last block).
-  load.Settle(0, [](BlockHash h) { return h == 4; });
+  // The events confirm a's blocks: a's prefill is done (b's blocks 5, 6 are not).
+  load.Settle(0, [](BlockHash h) { return h <= 4; });
   EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 2.5);
   a.PrefillDone();  // already settled: nothing more
   EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 2.5);
@@ -174,11 +175,28 @@ TEST(LoadStateTest, WorkTermIsPendingPrefillPlusKvPressure) {
   EXPECT_EQ(load.ActiveBlocks(0), 0u);
 }
 
+TEST(LoadStateTest, PendingPrefillCountsTheConfirmedProgress) {
+  LoadState load;
+  // Chain 1..6, blocks 1-2 were hits: the prefill computes 3..6.
+  const std::vector<BlockHash> chain = {1, 2, 3, 4, 5, 6};
+  LoadState::ActiveGuard g =
+      load.AddActive(0, chain, 0, {.blocks = 4, .last_block = 6, .first_block = 2});
+  LoadState::ActiveGuard moved = std::move(g);  // the entry follows the chain's buffer
+  load.Settle(0, [](BlockHash h) { return h <= 3; });  // the first chunk is written
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 3);
+  load.Settle(0, [](BlockHash h) { return h <= 5; });
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 1);
+  load.Settle(0, [](BlockHash) { return true; });
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 0);
+  moved.PrefillDone();  // settled already: no effect
+  EXPECT_EQ(load.ActiveBlocks(0), 6u);
+}
+
 TEST(LoadStateTest, MovedGuardCarriesItsPendingPrefill) {
   LoadState load;
   LoadState::ActiveGuard held;
   {
-    auto g = load.AddActive(1, kPrefix, 0, {.blocks = 4, .last_block = std::nullopt});
+    auto g = load.AddActive(1, kPrefix, 0, {.blocks = 4, .last_block = std::nullopt, .first_block = 0});
     held = std::move(g);
     g.PrefillDone();  // moved-from: no effect
   }
@@ -189,9 +207,9 @@ TEST(LoadStateTest, MovedGuardCarriesItsPendingPrefill) {
 
 TEST(LoadStateTest, PendingPrefillOfARemovedTargetIsGone) {
   LoadState load;
-  auto g = load.AddActive(2, kPrefix, 0, {.blocks = 4, .last_block = std::nullopt});
+  auto g = load.AddActive(2, kPrefix, 0, {.blocks = 4, .last_block = std::nullopt, .first_block = 0});
   load.RemoveTarget(2);
-  auto fresh = load.AddActive(2, kPrefix, 0, {.blocks = 1, .last_block = std::nullopt});
+  auto fresh = load.AddActive(2, kPrefix, 0, {.blocks = 1, .last_block = std::nullopt, .first_block = 0});
   g.PrefillDone();
   g.Release();
   EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(2), 1);

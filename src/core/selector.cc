@@ -318,6 +318,9 @@ void Selector::Finish(const RoutingInput& input, TargetId picked, double missed_
     result.request_blocks = static_cast<uint32_t>(input.estimated_tokens / block_size);
   }
   prefill.blocks = missed_blocks < 0 ? result.request_blocks : missed_blocks;
+  // kv-aware: the prefill starts after the consecutive hits; other policies did not
+  // look, so its progress is counted from block 0 (blocks cached already count as done).
+  prefill.first_block = missed_blocks < 0 ? 0 : result.cache_hits;
   if (result.policy == Policy::kKvAware) {
     load_.ChargeRecent(picked, prefill.blocks, prefill.last_block);
   }
