@@ -152,7 +152,8 @@ TEST(LoadStateTest, RecentChargesSettleWhenConfirmed) {
 TEST(LoadStateTest, WorkTermIsPendingPrefillPlusKvPressure) {
   LoadState load;  // defaults: work term, threshold 0.8, slope 4
   EXPECT_EQ(load.options().term, LoadTerm::kWork);
-  auto a = load.AddActive(0, kPrefix, 0, {.blocks = 3, .last_block = BlockHash{4}, .first_block = 0});
+  auto a =
+      load.AddActive(0, kPrefix, 0, {.blocks = 3, .last_block = BlockHash{4}, .first_block = 0});
   auto b = load.AddActive(0, With(kPrefix, {5, 6}), 0,
                           {.blocks = 2.5, .last_block = std::nullopt, .first_block = 4});
   EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 5.5);
@@ -181,7 +182,7 @@ TEST(LoadStateTest, PendingPrefillCountsTheConfirmedProgress) {
   const std::vector<BlockHash> chain = {1, 2, 3, 4, 5, 6};
   LoadState::ActiveGuard g =
       load.AddActive(0, chain, 0, {.blocks = 4, .last_block = 6, .first_block = 2});
-  LoadState::ActiveGuard moved = std::move(g);  // the entry follows the chain's buffer
+  LoadState::ActiveGuard moved = std::move(g);         // the entry follows the chain's buffer
   load.Settle(0, [](BlockHash h) { return h <= 3; });  // the first chunk is written
   EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 3);
   load.Settle(0, [](BlockHash h) { return h <= 5; });
@@ -196,7 +197,8 @@ TEST(LoadStateTest, MovedGuardCarriesItsPendingPrefill) {
   LoadState load;
   LoadState::ActiveGuard held;
   {
-    auto g = load.AddActive(1, kPrefix, 0, {.blocks = 4, .last_block = std::nullopt, .first_block = 0});
+    auto g =
+        load.AddActive(1, kPrefix, 0, {.blocks = 4, .last_block = std::nullopt, .first_block = 0});
     held = std::move(g);
     g.PrefillDone();  // moved-from: no effect
   }
@@ -207,9 +209,11 @@ TEST(LoadStateTest, MovedGuardCarriesItsPendingPrefill) {
 
 TEST(LoadStateTest, PendingPrefillOfARemovedTargetIsGone) {
   LoadState load;
-  auto g = load.AddActive(2, kPrefix, 0, {.blocks = 4, .last_block = std::nullopt, .first_block = 0});
+  auto g =
+      load.AddActive(2, kPrefix, 0, {.blocks = 4, .last_block = std::nullopt, .first_block = 0});
   load.RemoveTarget(2);
-  auto fresh = load.AddActive(2, kPrefix, 0, {.blocks = 1, .last_block = std::nullopt, .first_block = 0});
+  auto fresh =
+      load.AddActive(2, kPrefix, 0, {.blocks = 1, .last_block = std::nullopt, .first_block = 0});
   g.PrefillDone();
   g.Release();
   EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(2), 1);
