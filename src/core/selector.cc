@@ -243,9 +243,11 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
     const TargetId t = candidates[i];
     const MatchCounts& m = matches_[i];
     // Image requests do not trust text overlap: nothing is credited.
-    const double credited = use_tokens ? m.device_hits + config_.host_hit_weight * m.host_hits +
-                                             config_.disk_hit_weight * m.disk_hits
-                                       : 0.0;
+    const double credited =
+        use_tokens
+            ? predictions_.Trust(t) * (m.device_hits + config_.host_hit_weight * m.host_hits +
+                                       config_.disk_hit_weight * m.disk_hits)
+            : 0.0;
     const double load = load_.Load(t, request_blocks_[i]);
     double cost = result.w_overlap * (request_blocks_[i] - credited) + load;
     if (use_images) {
@@ -334,6 +336,7 @@ void Selector::Finish(const RoutingInput& input, TargetId picked, double missed_
 void Selector::RemoveTarget(TargetId target) {
   load_.RemoveTarget(target);
   images_.RemoveTarget(target);
+  predictions_.RemoveTarget(target);
   absl::erase_if(rotations_, [&](const auto& entry) {
     return std::find(entry.first.begin(), entry.first.end(), target) != entry.first.end();
   });

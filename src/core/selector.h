@@ -5,8 +5,10 @@
 //    wins; ties go to the lower load, then rotate (the scan starts one candidate
 //    further on every pick), never to a fixed index.
 //      w = the role's overlap weight (prefill/decode) when set, else overlap_weight.
-//      credited_hits = device hits + host_hit_weight × host hits
-//                      + disk_hit_weight × disk hits (consecutive prefix, KvIndex).
+//      credited_hits = trust(t) × (device hits + host_hit_weight × host hits
+//                      + disk_hit_weight × disk hits) (consecutive prefix, KvIndex);
+//      trust(t) = PredictionTracker::Trust: 1, less for a target whose predicted
+//      hits drift from what its engine reports.
 //      load(t) = LoadState::Load(t, request_blocks): --load-term work (default):
 //        pending prefill blocks + KV pressure; spec: active blocks + recent blocks.
 //    Requests without token ids have no cache term (w_overlap = 0).
@@ -55,6 +57,7 @@
 #include "core/image_affinity.h"
 #include "core/kv_index.h"
 #include "core/load_state.h"
+#include "core/prediction_tracker.h"
 #include "core/types.h"
 
 namespace infera::core {
@@ -152,6 +155,9 @@ class Selector {
   LoadState& load() { return load_; }
   const LoadState& load() const { return load_; }
   ImageAffinity& images() { return images_; }
+  // Fed by the server with each response's reported cached tokens.
+  PredictionTracker& predictions() { return predictions_; }
+  const PredictionTracker& predictions() const { return predictions_; }
   const ImageAffinity& images() const { return images_; }
 
  private:
@@ -172,6 +178,7 @@ class Selector {
   const KvIndex& index_;
   LoadState load_;
   ImageAffinity images_;
+  PredictionTracker predictions_;
   Random random_;
   // Per distinct candidate list: the next position of its rotation.
   absl::flat_hash_map<std::vector<TargetId>, uint64_t> rotations_;

@@ -541,6 +541,27 @@ TEST_F(SelectorTest, CapacityIsLearnedOnceTheViewHasEvicted) {
   EXPECT_EQ(s.load().CapacityBlocks(w0_), 64u);
 }
 
+TEST_F(SelectorTest, ADriftingTargetsOverlapIsTrustedLess) {
+  Selector& s = Make(PolicyConfig{});
+  index_.InsertRouterHashes(w0_, std::span(chain_).first(8), Tier::kDevice);
+  index_.InsertRouterHashes(w1_, std::span(chain_).first(5), Tier::kDevice);
+  const TargetId cands[] = {w0_, w1_};
+  auto trusted = s.Pick(Input(), cands);
+  ASSERT_TRUE(trusted.ok());
+  EXPECT_EQ(trusted->picked, w0_);  // 2 misses vs 5
+  trusted->guard.Release();
+  // W0's engine keeps reporting none of the hits its view promised.
+  for (int i = 0; i < 8; ++i) s.predictions().Record(w0_, 8 * kBlock, 0);
+  ASSERT_TRUE(s.predictions().Get(w0_).drifting);
+  auto distrusted = s.Pick(Input(), cands);
+  ASSERT_TRUE(distrusted.ok());
+  EXPECT_DOUBLE_EQ(distrusted->costs[0], 10 - 0.25 * 8);
+  EXPECT_DOUBLE_EQ(distrusted->costs[1], 10 - 5);
+  EXPECT_EQ(distrusted->picked, w1_);
+  s.RemoveTarget(w0_);
+  EXPECT_FALSE(s.predictions().Get(w0_).drifting);
+}
+
 TEST_F(SelectorTest, DefaultImageAffinityHoldsForLongPrompts) {
   // A 100-block prompt with an image: the repeat goes back to the target holding the
   // image although the first request missed 100 blocks there.
