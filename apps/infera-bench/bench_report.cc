@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -99,6 +100,63 @@ PolicySummary SummarizeRun(const std::string& policy, double overlap_weight,
   return s;
 }
 
+void LoadFromRecords(const std::vector<RequestRecord>& records, size_t workers, size_t samples,
+                     PolicySummary& s) {
+  s.load_times_s.clear();
+  s.load_per_worker.clear();
+  int64_t end = 0;
+  for (const RequestRecord& r : records) end = std::max({end, r.arrival_ns, r.finish_ns});
+  if (workers == 0 || samples == 0 || end <= 0) return;
+  // +1 at arrival, -1 at finish (a failed request counts until the run's end).
+  std::vector<std::pair<int64_t, int>> deltas;
+  for (const RequestRecord& r : records) {
+    if (r.worker < 0 || static_cast<size_t>(r.worker) >= workers) continue;
+    deltas.push_back({r.arrival_ns, r.worker + 1});
+    deltas.push_back({r.finish_ns >= 0 ? r.finish_ns : end, -(r.worker + 1)});
+  }
+  std::sort(deltas.begin(), deltas.end());
+  std::vector<double> current(workers, 0);
+  size_t next = 0;
+  for (size_t k = 0; k < samples; ++k) {
+    const int64_t t =
+        end * static_cast<int64_t>(k) / static_cast<int64_t>(samples - 1 + (samples == 1));
+    for (; next < deltas.size() && deltas[next].first <= t; ++next) {
+      const int w = deltas[next].second;
+      current[std::abs(w) - 1] += w > 0 ? 1 : -1;
+    }
+    s.load_times_s.push_back(t / 1e9);
+    s.load_per_worker.push_back(current);
+  }
+}
+
+void ComputeGapClosed(Report& report) {
+  const PolicySummary* rr = nullptr;
+  for (const PolicySummary& s : report.results) {
+    if (s.policy == "round-robin") rr = &s;
+  }
+  if (rr == nullptr || !report.has_floor) return;
+  auto share = [](double base, double floor, double v) {
+    return base - floor > 1e-9 ? (base - v) / (base - floor) : 0.0;
+  };
+  const Latency& f = report.ttft_floor_ms;
+  const Latency base = rr->ttft_ms;
+  for (PolicySummary& s : report.results) {
+    s.gap_closed.mean = share(base.mean, f.mean, s.ttft_ms.mean);
+    s.gap_closed.p50 = share(base.p50, f.p50, s.ttft_ms.p50);
+    s.gap_closed.p99 = share(base.p99, f.p99, s.ttft_ms.p99);
+  }
+}
+
+void SummarizeKvUtil(PolicySummary& s) {
+  s.kv_util_mean = s.kv_util_max = 0;
+  if (s.kv_util_fleet.empty()) return;
+  for (double v : s.kv_util_fleet) {
+    s.kv_util_mean += v;
+    s.kv_util_max = std::max(s.kv_util_max, v);
+  }
+  s.kv_util_mean /= static_cast<double>(s.kv_util_fleet.size());
+}
+
 nlohmann::json ReportJson(const Report& report) {
   nlohmann::json j;
   j["mode"] = report.mode;
@@ -124,9 +182,23 @@ nlohmann::json ReportJson(const Report& report) {
                             {"requests_per_worker", s.requests_per_worker},
                             {"completed", s.completed},
                             {"failed", s.failed},
-                            {"wall_s", s.wall_s}});
+                            {"wall_s", s.wall_s},
+                            {"gap_closed", LatencyJson(s.gap_closed)},
+                            {"preemptions", s.preemptions},
+                            {"kv_util",
+                             {{"mean", s.kv_util_mean},
+                              {"max", s.kv_util_max},
+                              {"times_s", s.load_times_s},
+                              {"fleet", s.kv_util_fleet}}}});
+    if (s.has_goodput) {
+      j["results"].back()["goodput"] = {{"time_scale", s.goodput_time_scale},
+                                        {"rps", s.goodput_rps},
+                                        {"ttft_p99_ms", s.goodput_ttft_p99_ms}};
+    }
     if (!s.extra.is_null()) j["results"].back().update(s.extra);
   }
+  if (report.has_floor) j["ttft_floor_ms"] = LatencyJson(report.ttft_floor_ms);
+  if (report.slo_ttft_ms > 0) j["slo_ttft_ms"] = report.slo_ttft_ms;
   return j;
 }
 
@@ -140,19 +212,34 @@ std::string FormatTable(const Report& r) {
                 r.engines, r.num_gpu_blocks, r.block_size, 100 * r.bound_hit_rate,
                 100 * r.infinite_hit_rate);
   o << line;
-  std::snprintf(line, sizeof line, "%-18s %7s %7s %9s %9s %9s %9s %9s %9s %6s %5s\n", "policy",
-                "hit%", "bound%", "ttft_mean", "ttft_p50", "ttft_p99", "e2e_mean", "e2e_p99",
-                "out_tok/s", "spread", "fail");
+  if (r.has_floor) {
+    std::snprintf(line, sizeof line,
+                  "TTFT floor (no queueing, pooled-bound hits): mean %.1f p50 %.1f p99 %.1f ms\n",
+                  r.ttft_floor_ms.mean, r.ttft_floor_ms.p50, r.ttft_floor_ms.p99);
+    o << line;
+  }
+  std::snprintf(
+      line, sizeof line, "%-18s %7s %7s %9s %9s %9s %9s %9s %9s %6s %5s %6s %6s %7s %6s %6s %8s\n",
+      "policy", "hit%", "bound%", "ttft_mean", "ttft_p50", "ttft_p99", "e2e_mean", "e2e_p99",
+      "out_tok/s", "spread", "fail", "gap%", "gap50%", "preempt", "kv%", "kvmax%", "goodput");
   o << line;
   for (const PolicySummary& s : r.results) {
-    std::snprintf(
-        line, sizeof line, "%-18s %7.1f %7.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %6.3f %5zu\n",
-        Label(s).c_str(), 100 * s.hit_rate, 100 * s.bound_share, s.ttft_ms.mean, s.ttft_ms.p50,
-        s.ttft_ms.p99, s.e2e_ms.mean, s.e2e_ms.p99, s.output_tok_s, s.load_spread, s.failed);
+    char goodput[32] = "-";
+    if (s.has_goodput) std::snprintf(goodput, sizeof goodput, "%.2f", s.goodput_rps);
+    std::snprintf(line, sizeof line,
+                  "%-18s %7.1f %7.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %6.3f %5zu %6.1f %6.1f "
+                  "%7lld %6.1f %6.1f %8s\n",
+                  Label(s).c_str(), 100 * s.hit_rate, 100 * s.bound_share, s.ttft_ms.mean,
+                  s.ttft_ms.p50, s.ttft_ms.p99, s.e2e_ms.mean, s.e2e_ms.p99, s.output_tok_s,
+                  s.load_spread, s.failed, 100 * s.gap_closed.mean, 100 * s.gap_closed.p50,
+                  static_cast<long long>(s.preemptions), 100 * s.kv_util_mean, 100 * s.kv_util_max,
+                  goodput);
     o << line;
   }
   o << "(latencies in ms; hit% = cached / prompt tokens; bound% = hit rate / pooled bound; "
-       "spread = CV of prompt tokens per worker)\n";
+       "spread = CV of prompt tokens per worker; gap% / gap50% = share of the round-robin-to-"
+       "floor TTFT gap closed, mean / p50; preempt = engine preemptions (-1 unknown); kv% = "
+       "mean / max fleet KV use; goodput = req/s at TTFT p99 <= SLO)\n";
   return o.str();
 }
 

@@ -10,7 +10,19 @@
 //                 "bound_share": x, "infinite_share": x,
 //                 "ttft_ms": {"mean","p50","p99"}, "e2e_ms": {...}, "itl_ms": {...},
 //                 "output_tok_s": x, "load_spread": x, "requests_per_worker": [...],
-//                 "completed": n, "failed": n, "wall_s": x}, ...]}
+//                 "completed": n, "failed": n, "wall_s": x,
+//                 "gap_closed": {"mean","p50","p99"}, "preemptions": n,
+//                 "kv_util": {"mean","max","times_s":[...],"fleet":[...]},
+//                 "goodput": {"time_scale","rps","ttft_p99_ms"}}, ...],
+//    "ttft_floor_ms": {"mean","p50","p99"}, "slo_ttft_ms": x}
+// The TTFT floor is each request's prefill alone on an idle engine with the pooled
+// bound's hits (offline only; 0 online). gap_closed = (round-robin − policy) /
+// (round-robin − floor) per statistic (0 without a round-robin result). Goodput is
+// the highest arrival rate (requests / s of the workload's arrival span, found by
+// bisection over the time scale) at which TTFT p99 <= slo_ttft_ms (absent when no
+// SLO is given). kv_util is the engines' KV blocks in use / capacity, averaged over
+// the fleet at each sample (offline: every engine; online: each --reset-engine's
+// /metrics).
 // Hit rates are fractions (cached prompt tokens / prompt tokens). load_spread is
 // the coefficient of variation (stddev / mean) of the prompt tokens each worker
 // was sent: 0 = perfectly even.
@@ -60,6 +72,13 @@ struct PolicySummary {
   std::vector<uint64_t> requests_per_worker;
   std::vector<uint64_t> prompt_tokens_per_worker;
   double wall_s = 0;
+  Latency gap_closed;        // share of the round-robin-to-floor TTFT gap
+  int64_t preemptions = -1;  // -1: unknown
+  double kv_util_mean = 0, kv_util_max = 0;
+  std::vector<double> kv_util_fleet;  // per load sample, averaged over the workers
+  // Goodput (set when an SLO is given and found).
+  bool has_goodput = false;
+  double goodput_time_scale = 0, goodput_rps = 0, goodput_ttft_p99_ms = 0;
   // For the plots.
   std::vector<double> ttft_samples_ms;
   std::vector<double> load_times_s;
@@ -82,8 +101,20 @@ struct Report {
   uint64_t prompt_tokens = 0;
   double bound_hit_rate = 0;
   double infinite_hit_rate = 0;
+  Latency ttft_floor_ms;  // offline: no queueing, pooled-bound hits
+  bool has_floor = false;
+  double slo_ttft_ms = 0;  // 0: no goodput search
   std::vector<PolicySummary> results;
 };
+
+// Fills load_times_s / load_per_worker from the records (online: requests sent and
+// not yet finished per worker, at `samples` evenly spaced times).
+void LoadFromRecords(const std::vector<RequestRecord>& records, size_t workers, size_t samples,
+                     PolicySummary& s);
+// Fills each result's gap_closed from the round-robin result and the floor.
+void ComputeGapClosed(Report& report);
+// kv_util_mean / kv_util_max from kv_util_fleet.
+void SummarizeKvUtil(PolicySummary& s);
 
 nlohmann::json ReportJson(const Report& report);
 // The comparison table (fixed-width text).

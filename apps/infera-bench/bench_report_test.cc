@@ -60,6 +60,55 @@ TEST(BenchReportTest, JsonHasTheIssueSchema) {
   EXPECT_NE(LoadSvg(r).find("</svg>"), std::string::npos);
 }
 
+TEST(BenchReportTest, GapClosedIsMeasuredFromRoundRobinToTheFloor) {
+  Report r;
+  r.has_floor = true;
+  r.ttft_floor_ms = {100, 50, 400};
+  PolicySummary rr, kv;
+  rr.policy = "round-robin";
+  rr.ttft_ms = {300, 150, 1400};
+  kv.policy = "kv-aware";
+  kv.ttft_ms = {150, 100, 900};
+  r.results = {rr, kv};
+  ComputeGapClosed(r);
+  EXPECT_DOUBLE_EQ(r.results[0].gap_closed.mean, 0);
+  EXPECT_DOUBLE_EQ(r.results[1].gap_closed.mean, 0.75);
+  EXPECT_DOUBLE_EQ(r.results[1].gap_closed.p50, 0.5);
+  EXPECT_DOUBLE_EQ(r.results[1].gap_closed.p99, 0.5);
+  r.results[1].kv_util_fleet = {0.2, 0.6, 0.4};
+  SummarizeKvUtil(r.results[1]);
+  EXPECT_DOUBLE_EQ(r.results[1].kv_util_max, 0.6);
+  EXPECT_NEAR(r.results[1].kv_util_mean, 0.4, 1e-12);
+  r.results[1].has_goodput = true;
+  r.results[1].goodput_rps = 3.5;
+  r.slo_ttft_ms = 2000;
+  const nlohmann::json j = ReportJson(r);
+  EXPECT_DOUBLE_EQ(j["ttft_floor_ms"]["mean"].get<double>(), 100);
+  EXPECT_DOUBLE_EQ(j["results"][1]["gap_closed"]["mean"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(j["results"][1]["goodput"]["rps"].get<double>(), 3.5);
+  EXPECT_FALSE(j["results"][0].contains("goodput"));
+  EXPECT_NE(FormatTable(r).find("TTFT floor"), std::string::npos);
+}
+
+TEST(BenchReportTest, OnlineLoadSeriesComesFromTheRecords) {
+  // Worker 0 serves [0, 4 s) and [1 s, 2 s); worker 1 [2 s, 3 s); one failed request
+  // without a worker is ignored.
+  std::vector<RequestRecord> recs(4);
+  recs[0] = {0, 1, 4'000'000'000, 1, 0, 1, 0, false, {}};
+  recs[1] = {1'000'000'000, 1, 2'000'000'000, 1, 0, 1, 0, false, {}};
+  recs[2] = {2'000'000'000, 1, 3'000'000'000, 1, 0, 1, 1, false, {}};
+  recs[3] = {0, -1, -1, 1, 0, 0, -1, true, {}};
+  PolicySummary s;
+  LoadFromRecords(recs, 2, 5, s);  // samples at 0, 1, 2, 3, 4 s
+  ASSERT_EQ(s.load_times_s, (std::vector<double>{0, 1, 2, 3, 4}));
+  ASSERT_EQ(s.load_per_worker.size(), 5u);
+  EXPECT_EQ(s.load_per_worker[0], (std::vector<double>{1, 0}));
+  EXPECT_EQ(s.load_per_worker[1], (std::vector<double>{2, 0}));
+  EXPECT_EQ(s.load_per_worker[2], (std::vector<double>{1, 1}));
+  EXPECT_EQ(s.load_per_worker[3], (std::vector<double>{1, 0}));
+  EXPECT_EQ(s.load_per_worker[4], (std::vector<double>{0, 0}));
+}
+
 }  // namespace
 }  // namespace infera::bench
 

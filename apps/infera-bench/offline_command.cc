@@ -101,6 +101,91 @@ nlohmann::json PdSummary(const sim::OfflineResult& r, const OfflineFlags& f) {
         {"decode_instant_spread", MeanInstantSpread(r, p, d)},
         {"prefill_instant_spread", MeanInstantSpread(r, 0, p)},
         {"prefill_load_spread", CoefficientOfVariation(prefill_load)}}}};
+
+// The workload with every arrival multiplied by `factor` (> 0).
+sim::Workload Rescaled(const sim::Workload& w, double factor) {
+  sim::Workload out = w;
+  for (sim::WorkloadRequest& r : out.requests) {
+    r.arrival_ns = static_cast<int64_t>(std::llround(static_cast<double>(r.arrival_ns) * factor));
+  }
+  return out;
+}
+
+double TtftP99Ms(const sim::OfflineResult& r) {
+  std::vector<double> ttft;
+  ttft.reserve(r.requests.size());
+  for (const sim::RequestOutcome& o : r.requests) {
+    // A rejected request never gets a token: it counts as an SLO miss.
+    ttft.push_back(o.first_token_ns < 0 ? 1e18 : (o.first_token_ns - o.arrival_ns) / 1e6);
+  }
+  return Percentile(std::move(ttft), 0.99);
+}
+
+struct Goodput {
+  bool found = false;
+  double factor = 0;  // arrival multiplier relative to the given workload
+  double ttft_p99_ms = 0;
+};
+
+// The smallest arrival multiplier (highest rate) at which TTFT p99 <= slo: doubles or
+// halves from 1 until the SLO is bracketed (at most 8 times), then `steps` bisections
+// in log space. Rates are monotone in practice, not by construction.
+Goodput SearchGoodput(const sim::Workload& w, const sim::OfflineConfig& config, double slo_ms,
+                      size_t steps) {
+  auto p99_at = [&](double f) { return TtftP99Ms(sim::RunOffline(Rescaled(w, f), config)); };
+  Goodput g;
+  double ok = 0, bad = 0, ok_p99 = 0;
+  double p = p99_at(1.0);
+  if (p <= slo_ms) {
+    ok = 1.0, ok_p99 = p;
+    for (int i = 0; i < 8 && bad == 0; ++i) {
+      const double f = ok / 2;
+      p = p99_at(f);
+      if (p <= slo_ms) {
+        ok = f, ok_p99 = p;
+      } else {
+        bad = f;
+      }
+    }
+    if (bad == 0) return {true, ok, ok_p99};  // meets the SLO at every rate tried
+  } else {
+    bad = 1.0;
+    for (int i = 0; i < 8 && ok == 0; ++i) {
+      const double f = bad * 2;
+      p = p99_at(f);
+      if (p <= slo_ms) {
+        ok = f, ok_p99 = p;
+      } else {
+        bad = f;
+      }
+    }
+    if (ok == 0) return g;  // misses it even at 1/256 of the rate
+  }
+  for (size_t i = 0; i < steps; ++i) {
+    const double f = std::sqrt(ok * bad);
+    p = p99_at(f);
+    if (p <= slo_ms) {
+      ok = f, ok_p99 = p;
+    } else {
+      bad = f;
+    }
+  }
+  return {true, ok, ok_p99};
+}
+
+// TTFT of each request alone on an idle engine with the pooled bound's hits.
+Latency TtftFloor(const sim::Workload& w, const std::vector<uint32_t>& pooled_hits,
+                  const sim::EngineConfig& engine) {
+  std::vector<double> floor;
+  floor.reserve(w.requests.size());
+  for (size_t i = 0; i < w.requests.size(); ++i) {
+    const size_t prompt = w.requests[i].prompt_tokens;
+    const size_t hits = i < pooled_hits.size() ? pooled_hits[i] : 0;
+    floor.push_back(engine.timing.IdlePrefillNs(prompt - std::min(prompt, hits),
+                                                engine.max_num_batched_tokens) /
+                    1e6);
+  }
+  return Summarize(floor);
 }
 
 }  // namespace
@@ -113,6 +198,26 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
                  "comma list: kv-aware[:overlap_weight], round-robin, random, least-load");
   app.add_option("--kv-recent-decay", f.recent_decay, "router recent-blocks decay")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--load-term", f.load_term,
+                 "router load term: work (pending prefill + KV pressure) or spec "
+                 "(active blocks until completion + recent blocks)")
+      ->check(CLI::IsMember({"work", "spec"}));
+  app.add_option("--capacity", f.capacity,
+                 "whether the router knows each engine's num_gpu_blocks (known) or learns "
+                 "it from the events (learned)")
+      ->check(CLI::IsMember({"known", "learned"}));
+  app.add_option("--kv-pressure-threshold", f.kv_pressure_threshold,
+                 "work load term: KV use (fraction of capacity) above which blocks cost")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--kv-pressure-slope", f.kv_pressure_slope,
+                 "work load term: cost per in-flight block above the threshold")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--slo-ttft-ms", f.slo_ttft_ms,
+                 "search each policy's goodput: the highest arrival rate (bisection over "
+                 "the time scale) with TTFT p99 <= this")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--goodput-steps", f.goodput_steps, "bisection steps of the goodput search")
+      ->check(CLI::Range(0, 20));
   app.add_option("--event-delay-ms", f.event_delay_ms, "KV event delivery delay (virtual ms)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--release-load-at", f.release_load_at,
@@ -178,6 +283,8 @@ int RunOffline(const OfflineFlags& flags) {
                              [&](size_t k) { bar.Add(k); });
       report.bound_hit_rate = b.pooled;
       report.infinite_hit_rate = b.infinite;
+      report.ttft_floor_ms = TtftFloor(*workload, b.pooled_hit_tokens, flags.engine);
+      report.has_floor = true;
       return;
     }
     const PolicySpec& spec = (*specs)[task - 1];
@@ -197,7 +304,11 @@ int RunOffline(const OfflineFlags& flags) {
     config.pd.min_uncached_tokens = flags.pd_min_uncached_tokens;
     config.kv_transfer = flags.kv_transfer;
     config.policy.recent_decay = flags.recent_decay;
+    config.policy.load_term = *core::ParseLoadTerm(flags.load_term);
+    config.policy.kv_pressure_threshold = flags.kv_pressure_threshold;
+    config.policy.kv_pressure_slope = flags.kv_pressure_slope;
     config.policy.random_seed = 42;
+    config.capacity_known = flags.capacity == "known";
     size_t reported = 0;
     sim::OfflineResult result = sim::RunOffline(*workload, config, [&](size_t done, size_t) {
       bar.Add(done - reported);
@@ -221,6 +332,25 @@ int RunOffline(const OfflineFlags& flags) {
       s.load_times_s.push_back(result.sample_times_ns[k] / 1e9);
       s.load_per_worker.emplace_back(result.load_samples[k].begin() + first,
                                      result.load_samples[k].end());
+      double kv = 0;
+      for (float v : result.kv_samples[k]) kv += v;
+      s.kv_util_fleet.push_back(
+          result.kv_samples[k].empty() ? 0 : kv / static_cast<double>(result.kv_samples[k].size()));
+    }
+    SummarizeKvUtil(s);
+    s.preemptions = 0;
+    for (const sim::EngineStats& e : result.engine_stats) s.preemptions += e.preemptions;
+    if (flags.slo_ttft_ms > 0) {
+      const Goodput g = SearchGoodput(*workload, config, flags.slo_ttft_ms, flags.goodput_steps);
+      s.has_goodput = g.found;
+      if (g.found) {
+        const double span_s =
+            (workload->requests.back().arrival_ns - workload->requests.front().arrival_ns) *
+            g.factor / 1e9;
+        s.goodput_time_scale = flags.workload.mooncake.time_scale * g.factor;
+        s.goodput_rps = span_s > 0 ? static_cast<double>(n) / span_s : 0;
+        s.goodput_ttft_p99_ms = g.ttft_p99_ms;
+      }
     }
     s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
@@ -245,6 +375,8 @@ int RunOffline(const OfflineFlags& flags) {
     s.bound_share = report.bound_hit_rate > 0 ? s.hit_rate / report.bound_hit_rate : 0;
     s.infinite_share = report.infinite_hit_rate > 0 ? s.hit_rate / report.infinite_hit_rate : 0;
   }
+  report.slo_ttft_ms = flags.slo_ttft_ms;
+  ComputeGapClosed(report);
 
   const int code = EmitReport(report, flags.json_path, flags.svg_dir);
   if (pd) {

@@ -20,6 +20,12 @@ struct OfflineFlags {
   sim::EngineConfig engine;
   std::string policies = "kv-aware,round-robin,random,least-load";
   double recent_decay = 0.97;
+  std::string load_term = "work";
+  std::string capacity = "known";  // known (num_gpu_blocks) | learned (from events)
+  double kv_pressure_threshold = 0.8;
+  double kv_pressure_slope = 4.0;
+  double slo_ttft_ms = 0;  // > 0: search each policy's goodput
+  size_t goodput_steps = 5;
   double event_delay_ms = 0;
   std::string release_load_at = "finish";
   std::string json_path;

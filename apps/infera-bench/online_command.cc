@@ -277,6 +277,7 @@ int RunOnline(const OnlineFlags& flags) {
     PolicySummary s = SummarizeRun(policy, weight, records, workers, report.bound_hit_rate,
                                    report.infinite_hit_rate);
     s.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+    LoadFromRecords(records, workers, 400, s);
     report.results.push_back(std::move(s));
   }
   pool.Stop();

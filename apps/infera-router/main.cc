@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   std::string host = "0.0.0.0";
   int port = 8000;
   std::string policy = "kv-aware";
+  std::string load_term = "work";
   double prefill_w = -1, decode_w = -1;
   std::string discovery_backend = "static";
   std::string etcd_endpoint = "127.0.0.1:2379";
@@ -66,7 +67,10 @@ int main(int argc, char** argv) {
                  "Credit of a disk-tier cache hit relative to a device hit")
       ->capture_default_str();
   app.add_option("--kv-recent-decay", opt.policy.recent_decay,
-                 "Decay of recently-routed blocks per pick (0: off)")
+                 "Decay of recently-routed blocks per pick (0: off; --load-term spec)")
+      ->capture_default_str();
+  app.add_option("--load-term", load_term,
+                 "work (pending prefill + KV pressure) | spec (active blocks until completion)")
       ->capture_default_str();
   app.add_option("--router-tokenizer-path", opt.tokenizer_path,
                  "Directory with tokenizer.json and tokenizer_config.json (chat template); "
@@ -117,6 +121,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   opt.policy.policy = *parsed_policy;
+  auto parsed_term = infera::core::ParseLoadTerm(load_term);
+  if (!parsed_term.ok()) {
+    spdlog::error("--load-term: {}", parsed_term.status().ToString());
+    return 2;
+  }
+  opt.policy.load_term = *parsed_term;
   if (prefill_w >= 0) opt.policy.prefill_overlap_weight = prefill_w;
   if (decode_w >= 0) opt.policy.decode_overlap_weight = decode_w;
   if (absl::Status s = opt.policy.Validate(); !s.ok()) {

@@ -1,7 +1,10 @@
 #include "core/load_state.h"
 
+#include <algorithm>
 #include <cassert>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace infera::core {
 namespace {
@@ -9,13 +12,26 @@ namespace {
 // Below this the lazy scale is folded back into the stored values, so they never
 // overflow (each value is at most a few million blocks / scale).
 constexpr double kRenormalizeBelow = 1e-150;
+// Recent charges decayed below this many blocks are dropped by Settle().
+constexpr double kNegligibleBlocks = 0.01;
 
 }  // namespace
+
+const char* LoadTermName(LoadTerm term) { return term == LoadTerm::kSpec ? "spec" : "work"; }
+
+absl::StatusOr<LoadTerm> ParseLoadTerm(std::string_view name) {
+  for (LoadTerm t : {LoadTerm::kWork, LoadTerm::kSpec}) {
+    if (name == LoadTermName(t)) return t;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown load term '", std::string(name), "' (expected work or spec)"));
+}
 
 LoadState::ActiveGuard::ActiveGuard(ActiveGuard&& other) noexcept
     : state_(std::exchange(other.state_, nullptr)),
       target_(other.target_),
       generation_(other.generation_),
+      prefill_id_(std::exchange(other.prefill_id_, 0)),
       blocks_(std::move(other.blocks_)),
       anonymous_blocks_(std::exchange(other.anonymous_blocks_, 0)) {}
 
@@ -25,6 +41,7 @@ LoadState::ActiveGuard& LoadState::ActiveGuard::operator=(ActiveGuard&& other) n
     state_ = std::exchange(other.state_, nullptr);
     target_ = other.target_;
     generation_ = other.generation_;
+    prefill_id_ = std::exchange(other.prefill_id_, 0);
     blocks_ = std::move(other.blocks_);
     anonymous_blocks_ = std::exchange(other.anonymous_blocks_, 0);
   }
@@ -39,10 +56,18 @@ void LoadState::ActiveGuard::Release() {
   blocks_.clear();
   blocks_.shrink_to_fit();
   anonymous_blocks_ = 0;
+  prefill_id_ = 0;
 }
 
-LoadState::LoadState(double recent_decay) : recent_decay_(recent_decay) {
-  assert(recent_decay >= 0 && recent_decay <= 1);
+void LoadState::ActiveGuard::PrefillDone() {
+  if (state_ == nullptr || prefill_id_ == 0) return;
+  if (Slot* slot = state_->LiveSlot(*this)) state_->DropPrefill(*slot, prefill_id_);
+  prefill_id_ = 0;
+}
+
+LoadState::LoadState(const LoadOptions& options) : options_(options) {
+  assert(options.recent_decay >= 0 && options.recent_decay <= 1);
+  assert(options.kv_pressure_threshold >= 0 && options.kv_pressure_slope >= 0);
 }
 
 LoadState::Slot& LoadState::SlotFor(TargetId target) {
@@ -56,8 +81,16 @@ const LoadState::Slot* LoadState::FindSlot(TargetId target) const {
   return target < slots_.size() && slots_[target].live ? &slots_[target] : nullptr;
 }
 
+LoadState::Slot* LoadState::LiveSlot(const ActiveGuard& guard) {
+  if (guard.target_ >= slots_.size()) return nullptr;
+  Slot& slot = slots_[guard.target_];
+  // The target was removed (and maybe its id reused) since the pick.
+  if (!slot.live || slot.generation != guard.generation_) return nullptr;
+  return &slot;
+}
+
 LoadState::ActiveGuard LoadState::AddActive(TargetId target, std::span<const BlockHash> blocks,
-                                            size_t anonymous_blocks) {
+                                            size_t anonymous_blocks, PendingPrefill prefill) {
   Slot& slot = SlotFor(target);
   ActiveGuard guard;
   guard.state_ = this;
@@ -72,15 +105,37 @@ LoadState::ActiveGuard LoadState::AddActive(TargetId target, std::span<const Blo
   }
   guard.anonymous_blocks_ = anonymous_blocks;
   slot.anonymous_blocks += anonymous_blocks;
+  if (prefill.blocks > 0) {
+    guard.prefill_id_ = next_prefill_id_++;
+    Prefill p{.id = guard.prefill_id_,
+              .blocks = prefill.blocks,
+              .missed = prefill.blocks,
+              .last_block = prefill.last_block};
+    if (!guard.blocks_.empty() && prefill.first_block < guard.blocks_.size()) {
+      p.chain = guard.blocks_.data();
+      p.chain_len = guard.blocks_.size();
+      p.first_block = prefill.first_block;
+    }
+    slot.prefills.push_back(p);
+    slot.prefill_blocks += prefill.blocks;
+  }
   ++slot.pending_guards;
   return guard;
 }
 
+void LoadState::DropPrefill(Slot& slot, uint64_t id) {
+  auto it = std::find_if(slot.prefills.begin(), slot.prefills.end(),
+                         [&](const Prefill& p) { return p.id == id; });
+  if (it == slot.prefills.end()) return;  // settled by the events already
+  slot.prefill_blocks -= it->blocks;
+  slot.prefills.erase(it);
+  if (slot.prefills.empty()) slot.prefill_blocks = 0;  // no rounding residue
+}
+
 void LoadState::ReleaseGuard(ActiveGuard& guard) {
-  if (guard.target_ >= slots_.size()) return;
-  Slot& slot = slots_[guard.target_];
-  // The target was removed (and maybe its id reused) since the pick: nothing to do.
-  if (!slot.live || slot.generation != guard.generation_) return;
+  Slot* live = LiveSlot(guard);
+  if (live == nullptr) return;
+  Slot& slot = *live;
   for (BlockHash h : guard.blocks_) {
     auto it = slot.active.find(h);
     assert(it != slot.active.end());
@@ -89,21 +144,82 @@ void LoadState::ReleaseGuard(ActiveGuard& guard) {
   }
   assert(slot.anonymous_blocks >= guard.anonymous_blocks_);
   slot.anonymous_blocks -= guard.anonymous_blocks_;
+  if (guard.prefill_id_ != 0) DropPrefill(slot, guard.prefill_id_);
   --slot.pending_guards;
 }
 
 void LoadState::DecayRecent() {
-  if (recent_decay_ == 0 || recent_decay_ == 1) return;
-  recent_scale_ *= recent_decay_;
+  if (options_.recent_decay == 0 || options_.recent_decay == 1) return;
+  recent_scale_ *= options_.recent_decay;
   if (recent_scale_ < kRenormalizeBelow) {
-    for (Slot& slot : slots_) slot.recent_scaled *= recent_scale_;
+    for (Slot& slot : slots_) {
+      slot.recent_scaled *= recent_scale_;
+      for (Charge& c : slot.charges) c.scaled *= recent_scale_;
+    }
     recent_scale_ = 1.0;
   }
 }
 
-void LoadState::ChargeRecent(TargetId target, double blocks) {
-  if (recent_decay_ == 0) return;
-  SlotFor(target).recent_scaled += blocks / recent_scale_;
+void LoadState::ChargeRecent(TargetId target, double blocks, std::optional<BlockHash> last_block) {
+  if (options_.recent_decay == 0 || options_.term != LoadTerm::kSpec || blocks <= 0) return;
+  Slot& slot = SlotFor(target);
+  slot.charges.push_back({blocks / recent_scale_, last_block});
+  slot.recent_scaled += blocks / recent_scale_;
+}
+
+void LoadState::Settle(TargetId target, absl::FunctionRef<bool(BlockHash)> confirmed) {
+  if (target >= slots_.size() || !slots_[target].live) return;
+  Slot& slot = slots_[target];
+  if (!slot.prefills.empty()) {
+    std::erase_if(slot.prefills, [&](Prefill& p) {
+      if (p.chain != nullptr) {
+        // The longest confirmed run from first_block (binary search: the blocks of
+        // a prefill are stored in chain order).
+        size_t lo = 0, hi = p.chain_len - p.first_block;
+        while (lo < hi) {
+          const size_t mid = lo + (hi - lo + 1) / 2;
+          if (confirmed(p.chain[p.first_block + mid - 1])) {
+            lo = mid;
+          } else {
+            hi = mid - 1;
+          }
+        }
+        if (lo == p.chain_len - p.first_block) return true;  // all written: done
+        p.blocks = std::max(0.0, p.missed - static_cast<double>(lo));
+        return false;
+      }
+      return p.last_block && confirmed(*p.last_block);
+    });
+    slot.prefill_blocks = 0;
+    for (const Prefill& p : slot.prefills) slot.prefill_blocks += p.blocks;
+  }
+  if (!slot.charges.empty()) {
+    const double negligible = kNegligibleBlocks / recent_scale_;
+    std::erase_if(slot.charges, [&](const Charge& c) {
+      return c.scaled < negligible || (c.last_block && confirmed(*c.last_block));
+    });
+    slot.recent_scaled = 0;
+    for (const Charge& c : slot.charges) slot.recent_scaled += c.scaled;
+  }
+}
+
+void LoadState::SetCapacityBlocks(TargetId target, size_t blocks) {
+  SlotFor(target).capacity_blocks = blocks;
+}
+
+void LoadState::ObserveCachedBlocks(TargetId target, size_t blocks) {
+  Slot& slot = SlotFor(target);
+  if (blocks < slot.most_cached_blocks) slot.learned_capacity_blocks = slot.most_cached_blocks;
+  slot.most_cached_blocks = std::max(slot.most_cached_blocks, blocks);
+  if (slot.learned_capacity_blocks > 0) {
+    slot.learned_capacity_blocks = std::max(slot.learned_capacity_blocks, blocks);
+  }
+}
+
+size_t LoadState::CapacityBlocks(TargetId target) const {
+  const Slot* slot = FindSlot(target);
+  if (slot == nullptr) return 0;
+  return slot->capacity_blocks > 0 ? slot->capacity_blocks : slot->learned_capacity_blocks;
 }
 
 size_t LoadState::ActiveBlocks(TargetId target) const {
@@ -114,6 +230,26 @@ size_t LoadState::ActiveBlocks(TargetId target) const {
 double LoadState::RecentBlocks(TargetId target) const {
   const Slot* slot = FindSlot(target);
   return slot ? slot->recent_scaled * recent_scale_ : 0.0;
+}
+
+double LoadState::PendingPrefillBlocks(TargetId target) const {
+  const Slot* slot = FindSlot(target);
+  return slot ? std::max(0.0, slot->prefill_blocks) : 0.0;
+}
+
+double LoadState::KvPressure(TargetId target, size_t incoming_blocks) const {
+  const size_t capacity = CapacityBlocks(target);
+  if (capacity == 0) return 0;
+  const double used = static_cast<double>(ActiveBlocks(target) + incoming_blocks);
+  const double excess = used - options_.kv_pressure_threshold * static_cast<double>(capacity);
+  return excess > 0 ? options_.kv_pressure_slope * excess : 0;
+}
+
+double LoadState::Load(TargetId target, size_t incoming_blocks) const {
+  if (options_.term == LoadTerm::kSpec) {
+    return static_cast<double>(ActiveBlocks(target)) + RecentBlocks(target);
+  }
+  return PendingPrefillBlocks(target) + KvPressure(target, incoming_blocks);
 }
 
 size_t LoadState::PendingGuards() const {

@@ -1,42 +1,93 @@
 // LoadState: the load term of the routing cost (doc/selection.md).
 //
-// Two parts, per target:
+// Per target:
 //  * Active blocks: a refcount of distinct in-flight prompt block hashes. A request
 //    adds its chain when it is picked and releases it exactly once, through the
 //    move-only ActiveGuard, on completion, failure, cancellation or an abandoned pick.
 //    Two in-flight requests sharing a prefix count the shared blocks once. Requests
 //    without token ids (no tokenizer) add anonymous blocks that are never shared.
-//  * Recent blocks (Infera's guard against a 100/0 split under serial traffic): on
-//    each kv-aware pick every target's value is multiplied by `recent_decay`
-//    (--kv-recent-decay, 0.97; 0 turns it off) and the winner is charged the blocks
-//    it missed.
-// Load(t) = ActiveBlocks(t) + RecentBlocks(t).
+//  * Pending prefill: the blocks each in-flight request must still compute (its
+//    uncached blocks, less those the view already confirms: a chunked prefill's
+//    first chunks), until it is past its prefill: its guard's PrefillDone() (first
+//    token), its release, or Settle() finding its last block in the target's view
+//    (the events confirm the prefill wrote it), whichever comes first.
+//  * KV capacity: known (SetCapacityBlocks, the worker's num_gpu_blocks) or learned
+//    (ObserveCachedBlocks): the most blocks the target's view ever held, once the
+//    view has shrunk — an engine evicts only when its blocks are all used, so a view
+//    that is still growing says nothing about the capacity.
+//  * Recent blocks (Infera's guard against a 100/0 split under serial traffic): each
+//    pick first multiplies every target's value by `recent_decay` (--kv-recent-decay,
+//    0.97; 0 turns it off), then charges the winner the blocks it missed. A charge
+//    carries the last block it stands for and Settle() drops it once the target's
+//    view holds that block, so confirmed blocks do not count twice (as a hit and as
+//    load).
+//
+// Load(t, incoming) by LoadTerm:
+//  * kSpec: active_blocks + recent_blocks (the spec's active_blocks until completion).
+//  * kWork (default): pending_prefill + KvPressure(t, incoming), both in blocks of
+//    prefill work, the unit of the cost's miss term. KvPressure is
+//    slope × max(0, active + incoming − threshold × capacity) (0 when the capacity is
+//    unknown): free below the threshold (80 %), steep above it, where the engine
+//    would start to preempt. Recent blocks are not counted: pending prefill is the
+//    same charge (a pick's missed blocks) held until the prefill is done.
 //
 // Targets are the KvIndex's TargetIds. State for a target is created on first use;
 // RemoveTarget() drops it. Ids are reused by the index, so every target slot carries
 // a generation: a guard whose target was removed (even if the id was reused since)
 // releases nothing.
 //
-// Thread-safety: none. Every call, including ActiveGuard::Release() and the guard's
-// destructor, must be serialised with the other calls on the same LoadState (the
+// Thread-safety: none. Every call, including the guard's Release(), PrefillDone()
+// and destructor, must be serialised with the other calls on the same LoadState (the
 // server holds its pick mutex around them). The LoadState must outlive its guards.
 //
 // Example:
-//   LoadState load(/*recent_decay=*/0.97);
-//   LoadState::ActiveGuard guard = load.AddActive(target, chain);
-//   ... request runs ...
+//   LoadState load(LoadOptions{});
+//   LoadState::ActiveGuard guard = load.AddActive(target, chain, 0, {.blocks = 12});
+//   ... first token ...
+//   guard.PrefillDone();
+//   ... last token ...
 //   guard.Release();  // or let it go out of scope
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
 #include "core/types.h"
 
 namespace infera::core {
+
+enum class LoadTerm : uint8_t { kWork, kSpec };
+// "work", "spec".
+const char* LoadTermName(LoadTerm term);
+// Parses a --load-term value.
+absl::StatusOr<LoadTerm> ParseLoadTerm(std::string_view name);
+
+struct LoadOptions {
+  LoadTerm term = LoadTerm::kWork;
+  double recent_decay = 0.97;          // kSpec only; 0 = off
+  double kv_pressure_threshold = 0.8;  // fraction of the KV capacity
+  double kv_pressure_slope = 4.0;      // blocks of cost per in-flight block past it
+};
+
+// What a pick still has to compute on its target.
+struct PendingPrefill {
+  double blocks = 0;
+  // The request's last block (router hash, in the target's block size); when the
+  // target's view holds it, the prefill is done. nullopt: settled only by
+  // PrefillDone() or release.
+  std::optional<BlockHash> last_block;
+  // When AddActive is given the request's chain: the prefill computes the chain from
+  // this block on, and Settle() counts its progress — the blocks from here that the
+  // view already holds (a chunked prefill stores its blocks in order) are done.
+  size_t first_block = 0;
+};
 
 class LoadState {
  public:
@@ -54,6 +105,9 @@ class LoadState {
 
     // Releases now; later calls (and the destructor) do nothing.
     void Release();
+    // The request is past its prefill (first token): its pending prefill stops
+    // counting. Idempotent; the active blocks stay until Release().
+    void PrefillDone();
     // Whether a release is still pending.
     bool pending() const { return state_ != nullptr; }
     TargetId target() const { return target_; }
@@ -65,55 +119,98 @@ class LoadState {
     LoadState* state_ = nullptr;
     TargetId target_ = 0;
     uint64_t generation_ = 0;
+    uint64_t prefill_id_ = 0;  // 0: no pending prefill entry
     std::vector<BlockHash> blocks_;
     size_t anonymous_blocks_ = 0;
   };
 
-  // REQUIRES: 0 <= recent_decay <= 1.
-  explicit LoadState(double recent_decay = 0.97);
+  // REQUIRES: 0 <= options.recent_decay <= 1, threshold and slope >= 0.
+  explicit LoadState(const LoadOptions& options = {});
   LoadState(const LoadState&) = delete;
   LoadState& operator=(const LoadState&) = delete;
 
   // Adds one request's prompt blocks to `target`'s active set: each distinct hash in
   // `blocks` once (refcounted across requests), plus `anonymous_blocks` that are
-  // never shared (requests whose tokens are unknown).
+  // never shared (requests whose tokens are unknown), and its pending prefill.
   ActiveGuard AddActive(TargetId target, std::span<const BlockHash> blocks,
-                        size_t anonymous_blocks = 0);
+                        size_t anonymous_blocks = 0, PendingPrefill prefill = {});
 
   // Multiplies every target's recent blocks by the decay (O(1), lazily scaled).
   void DecayRecent();
-  // Adds `blocks` to the target's recent blocks (no-op when the decay is 0).
-  void ChargeRecent(TargetId target, double blocks);
+  // Adds `blocks` to the target's recent blocks (no-op when the decay is 0 or the
+  // term is kWork). The charge is dropped by Settle() once `last_block` is confirmed.
+  void ChargeRecent(TargetId target, double blocks, std::optional<BlockHash> last_block = {});
+  // Drops the target's pending prefills and recent charges whose last block
+  // `confirmed` (the target's view holds it), and recent charges decayed below
+  // 0.01 blocks.
+  void Settle(TargetId target, absl::FunctionRef<bool(BlockHash)> confirmed);
+
+  // The worker's KV capacity in blocks (num_gpu_blocks); 0 forgets it.
+  void SetCapacityBlocks(TargetId target, size_t blocks);
+  // The target's view now holds `blocks` cached blocks: once it has held fewer than
+  // before, the learned capacity is the most ever seen.
+  void ObserveCachedBlocks(TargetId target, size_t blocks);
+  // Known capacity, else learned, else 0 (unknown).
+  size_t CapacityBlocks(TargetId target) const;
 
   // Distinct in-flight blocks (plus anonymous ones) on the target.
   size_t ActiveBlocks(TargetId target) const;
   double RecentBlocks(TargetId target) const;
-  double Load(TargetId target) const { return ActiveBlocks(target) + RecentBlocks(target); }
+  double PendingPrefillBlocks(TargetId target) const;
+  // The KV-pressure cost of adding `incoming_blocks` to the target (see above).
+  double KvPressure(TargetId target, size_t incoming_blocks) const;
+  // The load term of the cost for a request of `incoming_blocks` (see above).
+  double Load(TargetId target, size_t incoming_blocks = 0) const;
   // Guards handed out and not yet released, across all live targets.
   size_t PendingGuards() const;
 
   // Drops all state of the target; its outstanding guards become no-ops.
   void RemoveTarget(TargetId target);
 
-  double recent_decay() const { return recent_decay_; }
+  const LoadOptions& options() const { return options_; }
+  double recent_decay() const { return options_.recent_decay; }
 
  private:
+  struct Prefill {
+    uint64_t id = 0;
+    double blocks = 0;  // still to compute
+    double missed = 0;  // at the pick
+    std::optional<BlockHash> last_block;
+    // The guard's chain (its heap buffer survives moves of the guard; the entry is
+    // dropped before the guard frees it) and where the prefill starts in it.
+    const BlockHash* chain = nullptr;
+    size_t chain_len = 0;
+    size_t first_block = 0;
+  };
+  struct Charge {
+    double scaled = 0;  // blocks / recent_scale_ at the time of the charge
+    std::optional<BlockHash> last_block;
+  };
   struct Slot {
     uint64_t generation = 1;
     bool live = false;
     absl::flat_hash_map<BlockHash, uint32_t> active;  // hash -> refcount
     size_t anonymous_blocks = 0;
     size_t pending_guards = 0;
-    double recent_scaled = 0;  // recent blocks / recent_scale_
+    std::vector<Prefill> prefills;  // in-flight requests not past their prefill
+    double prefill_blocks = 0;      // sum over prefills
+    std::vector<Charge> charges;
+    double recent_scaled = 0;  // recent blocks / recent_scale_ (sum over charges)
+    size_t capacity_blocks = 0;
+    size_t most_cached_blocks = 0;       // the most the view ever held
+    size_t learned_capacity_blocks = 0;  // set once the view shrank (it evicted)
   };
   Slot& SlotFor(TargetId target);
   const Slot* FindSlot(TargetId target) const;
+  Slot* LiveSlot(const ActiveGuard& guard);
   void ReleaseGuard(ActiveGuard& guard);
+  void DropPrefill(Slot& slot, uint64_t id);
 
-  double recent_decay_;
+  LoadOptions options_;
   // Lazy decay: a target's recent blocks are recent_scaled * recent_scale_, so a
   // decay step is one multiplication, not one per target.
   double recent_scale_ = 1.0;
+  uint64_t next_prefill_id_ = 1;
   std::vector<Slot> slots_;
 };
 

@@ -10,6 +10,14 @@ namespace {
 
 const std::vector<BlockHash> kPrefix = {1, 2, 3, 4};
 
+// The spec load term with the given recent-blocks decay.
+LoadOptions Spec(double decay) {
+  return LoadOptions{.term = LoadTerm::kSpec,
+                     .recent_decay = decay,
+                     .kv_pressure_threshold = 0.8,
+                     .kv_pressure_slope = 4};
+}
+
 std::vector<BlockHash> With(std::vector<BlockHash> chain, std::vector<BlockHash> more) {
   chain.insert(chain.end(), more.begin(), more.end());
   return chain;
@@ -94,7 +102,7 @@ TEST(LoadStateTest, ReleaseAfterTargetRemovedIsANoOpEvenWhenIdReused) {
 }
 
 TEST(LoadStateTest, RecentBlocksDecayAndCharge) {
-  LoadState load(0.5);
+  LoadState load(Spec(0.5));
   load.ChargeRecent(1, 8);
   EXPECT_DOUBLE_EQ(load.RecentBlocks(1), 8);
   load.DecayRecent();
@@ -114,17 +122,120 @@ TEST(LoadStateTest, RecentBlocksDecayAndCharge) {
 }
 
 TEST(LoadStateTest, DecayZeroTurnsRecentOff) {
-  LoadState load(0.0);
+  LoadState load(Spec(0.0));
   load.ChargeRecent(0, 10);
   load.DecayRecent();
   EXPECT_EQ(load.RecentBlocks(0), 0);
 }
 
 TEST(LoadStateTest, RemoveTargetDropsRecentToo) {
-  LoadState load(0.97);
+  LoadState load(Spec(0.97));
   load.ChargeRecent(4, 10);
   load.RemoveTarget(4);
   EXPECT_EQ(load.RecentBlocks(4), 0);
+}
+
+TEST(LoadStateTest, RecentChargesSettleWhenConfirmed) {
+  LoadState load(Spec(0.5));
+  load.ChargeRecent(0, 8, BlockHash{44});
+  load.ChargeRecent(0, 2);  // no last block: decays only
+  load.Settle(0, [](BlockHash h) { return h == 99; });
+  EXPECT_DOUBLE_EQ(load.RecentBlocks(0), 10);
+  load.Settle(0, [](BlockHash h) { return h == 44; });
+  EXPECT_DOUBLE_EQ(load.RecentBlocks(0), 2);
+  // The work term does not keep recent charges at all.
+  LoadState work;
+  work.ChargeRecent(0, 8, BlockHash{44});
+  EXPECT_EQ(work.RecentBlocks(0), 0);
+}
+
+TEST(LoadStateTest, WorkTermIsPendingPrefillPlusKvPressure) {
+  LoadState load;  // defaults: work term, threshold 0.8, slope 4
+  EXPECT_EQ(load.options().term, LoadTerm::kWork);
+  auto a =
+      load.AddActive(0, kPrefix, 0, {.blocks = 3, .last_block = BlockHash{4}, .first_block = 0});
+  auto b = load.AddActive(0, With(kPrefix, {5, 6}), 0,
+                          {.blocks = 2.5, .last_block = std::nullopt, .first_block = 4});
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 5.5);
+  EXPECT_DOUBLE_EQ(load.Load(0, 100), 5.5);  // capacity unknown: no pressure
+  load.SetCapacityBlocks(0, 10);
+  // 6 active + 4 incoming = 10 blocks, 2 past 8 (80 % of 10): 2 × 4 = 8.
+  EXPECT_DOUBLE_EQ(load.KvPressure(0, 4), 8);
+  EXPECT_DOUBLE_EQ(load.KvPressure(0, 2), 0);
+  EXPECT_DOUBLE_EQ(load.Load(0, 4), 5.5 + 8);
+  // The events confirm a's blocks: a's prefill is done (b's blocks 5, 6 are not).
+  load.Settle(0, [](BlockHash h) { return h <= 4; });
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 2.5);
+  a.PrefillDone();  // already settled: nothing more
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 2.5);
+  b.PrefillDone();
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 0);
+  EXPECT_EQ(load.ActiveBlocks(0), 6u);  // still in flight until released
+  a.Release();
+  b.Release();
+  EXPECT_EQ(load.ActiveBlocks(0), 0u);
+}
+
+TEST(LoadStateTest, PendingPrefillCountsTheConfirmedProgress) {
+  LoadState load;
+  // Chain 1..6, blocks 1-2 were hits: the prefill computes 3..6.
+  const std::vector<BlockHash> chain = {1, 2, 3, 4, 5, 6};
+  LoadState::ActiveGuard g =
+      load.AddActive(0, chain, 0, {.blocks = 4, .last_block = 6, .first_block = 2});
+  LoadState::ActiveGuard moved = std::move(g);         // the entry follows the chain's buffer
+  load.Settle(0, [](BlockHash h) { return h <= 3; });  // the first chunk is written
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 3);
+  load.Settle(0, [](BlockHash h) { return h <= 5; });
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 1);
+  load.Settle(0, [](BlockHash) { return true; });
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 0);
+  moved.PrefillDone();  // settled already: no effect
+  EXPECT_EQ(load.ActiveBlocks(0), 6u);
+}
+
+TEST(LoadStateTest, MovedGuardCarriesItsPendingPrefill) {
+  LoadState load;
+  LoadState::ActiveGuard held;
+  {
+    auto g =
+        load.AddActive(1, kPrefix, 0, {.blocks = 4, .last_block = std::nullopt, .first_block = 0});
+    held = std::move(g);
+    g.PrefillDone();  // moved-from: no effect
+  }
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(1), 4);
+  held.PrefillDone();
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(1), 0);
+}
+
+TEST(LoadStateTest, PendingPrefillOfARemovedTargetIsGone) {
+  LoadState load;
+  auto g =
+      load.AddActive(2, kPrefix, 0, {.blocks = 4, .last_block = std::nullopt, .first_block = 0});
+  load.RemoveTarget(2);
+  auto fresh =
+      load.AddActive(2, kPrefix, 0, {.blocks = 1, .last_block = std::nullopt, .first_block = 0});
+  g.PrefillDone();
+  g.Release();
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(2), 1);
+}
+
+TEST(LoadStateTest, CapacityLearnedAfterTheViewShrinks) {
+  LoadState load;
+  load.ObserveCachedBlocks(0, 50);
+  load.ObserveCachedBlocks(0, 120);
+  EXPECT_EQ(load.CapacityBlocks(0), 0u);
+  load.ObserveCachedBlocks(0, 110);
+  EXPECT_EQ(load.CapacityBlocks(0), 120u);
+  load.ObserveCachedBlocks(0, 130);
+  EXPECT_EQ(load.CapacityBlocks(0), 130u);
+  load.SetCapacityBlocks(0, 1000);
+  EXPECT_EQ(load.CapacityBlocks(0), 1000u);
+}
+
+TEST(LoadStateTest, ParseLoadTerm) {
+  EXPECT_EQ(*ParseLoadTerm("work"), LoadTerm::kWork);
+  EXPECT_EQ(*ParseLoadTerm("spec"), LoadTerm::kSpec);
+  EXPECT_EQ(ParseLoadTerm("active").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

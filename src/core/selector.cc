@@ -61,6 +61,13 @@ double PolicyConfig::OverlapWeight(Role role) const {
   return overlap_weight;
 }
 
+LoadOptions PolicyConfig::Load() const {
+  return LoadOptions{.term = load_term,
+                     .recent_decay = recent_decay,
+                     .kv_pressure_threshold = kv_pressure_threshold,
+                     .kv_pressure_slope = kv_pressure_slope};
+}
+
 absl::Status PolicyConfig::Validate() const {
   auto check = [](const char* flag, double v) -> absl::Status {
     if (!std::isfinite(v) || v < 0) {
@@ -72,7 +79,8 @@ absl::Status PolicyConfig::Validate() const {
   for (auto [flag, v] : {std::pair{"--kv-overlap-weight", overlap_weight},
                          std::pair{"--kv-host-hit-weight", host_hit_weight},
                          std::pair{"--kv-disk-hit-weight", disk_hit_weight},
-                         std::pair{"multimodal weight factor", mm_weight_factor}}) {
+                         std::pair{"multimodal weight factor", mm_weight_factor},
+                         std::pair{"KV pressure slope", kv_pressure_slope}}) {
     if (absl::Status s = check(flag, v); !s.ok()) return s;
   }
   if (prefill_overlap_weight) {
@@ -88,6 +96,10 @@ absl::Status PolicyConfig::Validate() const {
   if (!(recent_decay >= 0 && recent_decay <= 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--kv-recent-decay must be in [0, 1], got ", recent_decay));
+  }
+  if (!(kv_pressure_threshold >= 0 && kv_pressure_threshold <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV pressure threshold must be in [0, 1], got ", kv_pressure_threshold));
   }
   return absl::OkStatus();
 }
@@ -107,7 +119,7 @@ std::string FormatPickLog(const PickResult& r) {
 Selector::Selector(const PolicyConfig& config, const KvIndex& index)
     : config_(config),
       index_(index),
-      load_(config.recent_decay),
+      load_(config.Load()),
       images_(ImageAffinity::kDefaultCapacity),
       random_(config.random_seed) {}
 
@@ -133,9 +145,11 @@ absl::StatusOr<PickResult> Selector::Pick(const RoutingInput& input,
   }
   chains_used_ = 0;
   PickResult result;
+  double missed = -1;  // < 0: the whole prompt
   switch (config_.policy) {
     case Policy::kKvAware:
       result = PickKvAware(input, candidates);
+      missed = result.request_blocks - result.credited;
       break;
     case Policy::kRoundRobin:
       result.picked = candidates[PickRoundRobin(candidates)];
@@ -143,13 +157,33 @@ absl::StatusOr<PickResult> Selector::Pick(const RoutingInput& input,
     case Policy::kRandom:
       result.picked = candidates[random_.Uniform(candidates.size())];
       break;
-    case Policy::kLeastLoad:
-      result.picked = candidates[PickLeastLoad(candidates)];
-      result.cost = load_.Load(result.picked);
+    case Policy::kLeastLoad: {
+      const size_t best = PickLeastLoad(input, candidates);
+      result.picked = candidates[best];
+      result.cost = result.load = costs_scratch_[best];
       break;
+    }
   }
-  Finish(input, result.picked, result);
+  Finish(input, result.picked, missed, result);
   return result;
+}
+
+void Selector::Settle(std::span<const TargetId> candidates) {
+  if (config_.load_term == LoadTerm::kSpec) load_.DecayRecent();
+  for (TargetId t : candidates) {
+    load_.ObserveCachedBlocks(t, index_.BlockCount(t));
+    load_.Settle(t, [&](BlockHash h) {
+      for (Tier tier : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
+        if (index_.Holds(t, h, tier)) return true;
+      }
+      return false;
+    });
+  }
+}
+
+size_t Selector::BlocksOf(const RoutingInput& input, size_t block_size) {
+  return input.tokens.has_value() ? input.tokens->size() / block_size
+                                  : input.estimated_tokens / block_size;
 }
 
 PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const TargetId> candidates) {
@@ -199,22 +233,29 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
     for (size_t k : group_) request_blocks_[k] = blocks;
   }
 
+  Settle(candidates);
   size_t best = 0;
   double best_cost = 0, best_load = 0, best_credited = 0;
   result.costs.resize(n);
-  for (size_t i = 0; i < n; ++i) {
+  const size_t start = TieStart(n);
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = (start + k) % n;
     const TargetId t = candidates[i];
     const MatchCounts& m = matches_[i];
-    const double credited = m.device_hits + config_.host_hit_weight * m.host_hits +
-                            config_.disk_hit_weight * m.disk_hits;
-    const double load = load_.Load(t);
+    // Image requests do not trust text overlap: nothing is credited.
+    const double credited =
+        use_tokens
+            ? predictions_.Trust(t) * (m.device_hits + config_.host_hit_weight * m.host_hits +
+                                       config_.disk_hit_weight * m.disk_hits)
+            : 0.0;
+    const double load = load_.Load(t, request_blocks_[i]);
     double cost = result.w_overlap * (request_blocks_[i] - credited) + load;
     if (use_images) {
       const size_t held = images_.CountHeld(t, input.image_keys);
       cost += w_mm * static_cast<double>(input.image_keys.size() - held);
     }
     result.costs[i] = cost;
-    if (i == 0 || Less(cost, best_cost) || (!Less(best_cost, cost) && Less(load, best_load))) {
+    if (k == 0 || Less(cost, best_cost) || (!Less(best_cost, cost) && Less(load, best_load))) {
       best = i;
       best_cost = cost;
       best_load = load;
@@ -224,6 +265,9 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
   const TargetId winner = candidates[best];
   result.picked = winner;
   result.cost = best_cost;
+  result.load = best_load;
+  result.credited = best_credited;
+  result.request_blocks = request_blocks_[best];
   result.hits = matches_[best];
   result.cache_hits = matches_[best].total();
   result.mm_images = static_cast<uint32_t>(input.image_keys.size());
@@ -231,9 +275,6 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
     result.mm_affinity_hits = static_cast<uint32_t>(images_.CountHeld(winner, input.image_keys));
     images_.Record(winner, input.image_keys);
   }
-  // Infera's recent-blocks term: everyone decays, the winner pays what it missed.
-  load_.DecayRecent();
-  load_.ChargeRecent(winner, request_blocks_[best] - best_credited);
   return result;
 }
 
@@ -244,20 +285,22 @@ size_t Selector::PickRoundRobin(std::span<const TargetId> candidates) {
   return next++ % candidates.size();
 }
 
-size_t Selector::PickLeastLoad(std::span<const TargetId> candidates) const {
-  size_t best = 0;
-  double best_load = load_.Load(candidates[0]);
-  for (size_t i = 1; i < candidates.size(); ++i) {
-    const double load = load_.Load(candidates[i]);
-    if (Less(load, best_load)) {
-      best = i;
-      best_load = load;
-    }
+size_t Selector::PickLeastLoad(const RoutingInput& input, std::span<const TargetId> candidates) {
+  Settle(candidates);
+  const size_t n = candidates.size();
+  costs_scratch_.resize(n);
+  const size_t start = TieStart(n);
+  size_t best = start;
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = (start + k) % n;
+    costs_scratch_[i] = load_.Load(candidates[i], BlocksOf(input, index_.BlockSize(candidates[i])));
+    if (k > 0 && Less(costs_scratch_[i], costs_scratch_[best])) best = i;
   }
   return best;
 }
 
-void Selector::Finish(const RoutingInput& input, TargetId picked, PickResult& result) {
+void Selector::Finish(const RoutingInput& input, TargetId picked, double missed_blocks,
+                      PickResult& result) {
   result.policy = config_.policy;
   result.role = input.role;
   result.request_id = std::string(input.request_id);
@@ -268,19 +311,32 @@ void Selector::Finish(const RoutingInput& input, TargetId picked, PickResult& re
   }
   const size_t block_size = index_.BlockSize(picked);
   result.active_blocks = load_.ActiveBlocks(picked);
+  PendingPrefill prefill;
   if (input.tokens.has_value()) {
     const std::vector<BlockHash>& chain = ChainFor(input, block_size);
     result.request_blocks = static_cast<uint32_t>(chain.size());
-    result.guard = load_.AddActive(picked, chain);
+    if (!chain.empty()) prefill.last_block = chain.back();
   } else {
     result.request_blocks = static_cast<uint32_t>(input.estimated_tokens / block_size);
-    result.guard = load_.AddActive(picked, {}, result.request_blocks);
+  }
+  prefill.blocks = missed_blocks < 0 ? result.request_blocks : missed_blocks;
+  // kv-aware: the prefill starts after the consecutive hits; other policies did not
+  // look, so its progress is counted from block 0 (blocks cached already count as done).
+  prefill.first_block = missed_blocks < 0 ? 0 : result.cache_hits;
+  if (result.policy == Policy::kKvAware) {
+    load_.ChargeRecent(picked, prefill.blocks, prefill.last_block);
+  }
+  if (input.tokens.has_value()) {
+    result.guard = load_.AddActive(picked, ChainFor(input, block_size), 0, prefill);
+  } else {
+    result.guard = load_.AddActive(picked, {}, result.request_blocks, prefill);
   }
 }
 
 void Selector::RemoveTarget(TargetId target) {
   load_.RemoveTarget(target);
   images_.RemoveTarget(target);
+  predictions_.RemoveTarget(target);
   absl::erase_if(rotations_, [&](const auto& entry) {
     return std::find(entry.first.begin(), entry.first.end(), target) != entry.first.end();
   });

@@ -2,21 +2,29 @@
 //
 // Policies:
 //  * kv-aware:  cost(t) = w × (request_blocks − credited_hits(t)) + load(t), lowest
-//    wins; ties go to the lower load, then to the earlier candidate.
+//    wins; ties go to the lower load, then rotate (the scan starts one candidate
+//    further on every pick), never to a fixed index.
 //      w = the role's overlap weight (prefill/decode) when set, else overlap_weight.
-//      credited_hits = device hits + host_hit_weight × host hits
-//                      + disk_hit_weight × disk hits (consecutive prefix, KvIndex).
-//      load(t) = active blocks + recent blocks (LoadState).
+//      credited_hits = trust(t) × (device hits + host_hit_weight × host hits
+//                      + disk_hit_weight × disk hits) (consecutive prefix, KvIndex);
+//      trust(t) = PredictionTracker::Trust: 1, less for a target whose predicted
+//      hits drift from what its engine reports.
+//      load(t) = LoadState::Load(t, request_blocks): --load-term work (default):
+//        pending prefill blocks + KV pressure; spec: active blocks + recent blocks.
 //    Requests without token ids have no cache term (w_overlap = 0).
 //    Requests with images (mixed/prefill roles): w_overlap = 0 and an image term
 //    w_mm × images_not_held(t), w_mm = mm_weight_factor × w; the winner records the
 //    images. Decode picks of image requests route by load alone.
-//    After the pick: every target's recent blocks decay, and the winner is charged
-//    the blocks it missed.
+//    Before scoring: every target's recent blocks decay (spec term), and each
+//    candidate's pending prefills and recent charges whose last block its view now
+//    holds are settled (LoadState::Settle); its learned capacity is updated from the
+//    view's block count. The winner's pending prefill (and, spec term, its recent
+//    charge) is the blocks it missed.
 //  * round-robin: one rotation per distinct candidate list, so prefill and decode
 //    pools (and any other subsets) rotate independently.
 //  * random: uniform over the candidates (seeded core::Random).
-//  * least-load: lowest load(t); ties to the earlier candidate.
+//  * least-load: lowest load(t) (settled as above, no cache term: the pending
+//    prefill it adds is the whole prompt); ties rotate.
 // Every policy adds the request's blocks to the winner's active blocks and returns
 // the guard that releases them.
 //
@@ -49,6 +57,7 @@
 #include "core/image_affinity.h"
 #include "core/kv_index.h"
 #include "core/load_state.h"
+#include "core/prediction_tracker.h"
 #include "core/types.h"
 
 namespace infera::core {
@@ -67,13 +76,18 @@ struct PolicyConfig {
   std::optional<double> decode_overlap_weight;   // --kv-decode-overlap-weight
   double host_hit_weight = 0.75;                 // --kv-host-hit-weight
   double disk_hit_weight = 0.25;                 // --kv-disk-hit-weight
-  double recent_decay = 0.97;                    // --kv-recent-decay (0 = off)
+  double recent_decay = 0.97;                    // --kv-recent-decay (0 = off; spec term)
+  LoadTerm load_term = LoadTerm::kWork;          // --load-term work|spec
+  double kv_pressure_threshold = 0.8;            // fraction of a target's KV capacity
+  double kv_pressure_slope = 4.0;                // cost per in-flight block past it
   double mm_weight_factor = 48.0;                // w_mm = factor × w
   uint64_t random_seed = 0;                      // the random policy's seed
 
   // The overlap weight for `role`: the per-role weight when set, else the global one.
   double OverlapWeight(Role role) const;
-  // InvalidArgument for negative or non-finite weights, or a decay outside [0, 1].
+  LoadOptions Load() const;
+  // InvalidArgument for negative or non-finite weights, or a decay or threshold
+  // outside [0, 1].
   absl::Status Validate() const;
 };
 
@@ -103,6 +117,8 @@ struct PickResult {
   uint32_t request_blocks = 0;
   // The picked target's active blocks before this request was added.
   size_t active_blocks = 0;
+  double load = 0;      // the picked target's load term, before this request
+  double credited = 0;  // kv-aware: the picked target's credited hits (blocks)
   double w_overlap = 0;
   uint32_t mm_images = 0;
   uint32_t mm_affinity_hits = 0;  // images the picked target already held
@@ -139,23 +155,34 @@ class Selector {
   LoadState& load() { return load_; }
   const LoadState& load() const { return load_; }
   ImageAffinity& images() { return images_; }
+  // Fed by the server with each response's reported cached tokens.
+  PredictionTracker& predictions() { return predictions_; }
+  const PredictionTracker& predictions() const { return predictions_; }
   const ImageAffinity& images() const { return images_; }
 
  private:
   PickResult PickKvAware(const RoutingInput& input, std::span<const TargetId> candidates);
   size_t PickRoundRobin(std::span<const TargetId> candidates);
-  size_t PickLeastLoad(std::span<const TargetId> candidates) const;
-  // Fills in the common fields and adds the winner's active blocks.
-  void Finish(const RoutingInput& input, TargetId picked, PickResult& result);
+  size_t PickLeastLoad(const RoutingInput& input, std::span<const TargetId> candidates);
+  // Decays (spec term) and settles the candidates' load against their views.
+  void Settle(std::span<const TargetId> candidates);
+  static size_t BlocksOf(const RoutingInput& input, size_t block_size);
+  // Where this pick's scan starts: ties go to the first in scan order.
+  size_t TieStart(size_t n) { return static_cast<size_t>(tie_turn_++ % n); }
+  // Fills in the common fields and adds the winner's active blocks and its pending
+  // prefill of `missed_blocks`.
+  void Finish(const RoutingInput& input, TargetId picked, double missed_blocks, PickResult& result);
   const std::vector<BlockHash>& ChainFor(const RoutingInput& input, size_t block_size);
 
   PolicyConfig config_;
   const KvIndex& index_;
   LoadState load_;
   ImageAffinity images_;
+  PredictionTracker predictions_;
   Random random_;
   // Per distinct candidate list: the next position of its rotation.
   absl::flat_hash_map<std::vector<TargetId>, uint64_t> rotations_;
+  uint64_t tie_turn_ = 0;
   // Per-pick scratch: chains by block size (reused across picks).
   std::vector<std::pair<size_t, std::vector<BlockHash>>> chains_;
   size_t chains_used_ = 0;
@@ -166,6 +193,7 @@ class Selector {
   std::vector<size_t> group_;  // positions of one block-size group
   std::vector<TargetId> group_ids_;
   std::vector<MatchCounts> group_matches_;
+  std::vector<double> costs_scratch_;  // least-load: load by position
 };
 
 }  // namespace infera::core

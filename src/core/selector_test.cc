@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <numeric>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "core/hashing.h"
 
 namespace infera::core {
@@ -45,10 +47,19 @@ class SelectorTest : public ::testing::Test {
     Busy(s, w1_, 1);
   }
 
+  // The spec's formula (--load-term spec): the tests of the spec's cost use it.
   PolicyConfig Config(double w = 1.0) {
     PolicyConfig c;
     c.overlap_weight = w;
+    c.load_term = LoadTerm::kSpec;
     return c;
+  }
+
+  // A chain of `n` blocks unrelated to the prompt, and the tokens it hashes.
+  std::vector<TokenId> OtherTokens(size_t n, TokenId base) {
+    std::vector<TokenId> t(n * kBlock);
+    std::iota(t.begin(), t.end(), base);
+    return t;
   }
 
   // A selector whose LoadState outlives the fixture's guards (members are destroyed
@@ -136,7 +147,7 @@ TEST_F(SelectorTest, PerRoleWeightsOverrideAndFallBack) {
   EXPECT_NE(FormatPickLog(*decode).find(" role=decode "), std::string::npos);
 }
 
-TEST_F(SelectorTest, TieGoesToLowerLoadThenCandidateOrder) {
+TEST_F(SelectorTest, TieGoesToLowerLoadThenRotates) {
   PolicyConfig c = Config(1.0);
   c.recent_decay = 0;  // keep loads exactly as set between picks
   Selector& s = Make(c);
@@ -145,24 +156,41 @@ TEST_F(SelectorTest, TieGoesToLowerLoadThenCandidateOrder) {
   index_.InsertRouterHashes(w1_, std::span(chain_).first(6), Tier::kDevice);
   Busy(s, w1_, 2);
   const TargetId w1_first[] = {w1_, w0_};
-  auto pick = s.Pick(Input(), w1_first);
-  ASSERT_TRUE(pick.ok());
-  EXPECT_DOUBLE_EQ(pick->costs[0], pick->costs[1]);
-  EXPECT_EQ(pick->picked, w0_);  // lower load, although listed second
-  pick->guard.Release();
+  for (int i = 0; i < 2; ++i) {  // whatever the scan start
+    auto pick = s.Pick(Input(), w1_first);
+    ASSERT_TRUE(pick.ok());
+    EXPECT_DOUBLE_EQ(pick->costs[0], pick->costs[1]);
+    EXPECT_EQ(pick->picked, w0_);  // lower load, although listed second
+  }
 
-  // Equal cost and equal load: candidate order decides.
+  // Equal cost and equal load: ties rotate, never to a fixed position.
   const TargetId w2 = index_.AddTarget({"w2:8000", 0}, kBlock);
   const TargetId w3 = index_.AddTarget({"w3:8000", 0}, kBlock);
-  const TargetId order_a[] = {w2, w3};
-  const TargetId order_b[] = {w3, w2};
-  auto a = s.Pick(Input(), order_a);
-  ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->picked, w2);
-  a->guard.Release();
-  auto b = s.Pick(Input(), order_b);
-  ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->picked, w3);
+  const TargetId w4 = index_.AddTarget({"w4:8000", 0}, kBlock);
+  const TargetId order[] = {w2, w3, w4};
+  std::map<TargetId, int> picks;
+  for (int i = 0; i < 30; ++i) {
+    auto pick = s.Pick(Input(), order);
+    ASSERT_TRUE(pick.ok());
+    ++picks[pick->picked];
+  }  // each guard is released at once: every pick is a tie
+  EXPECT_EQ(picks, (std::map<TargetId, int>{{w2, 10}, {w3, 10}, {w4, 10}}));
+}
+
+TEST_F(SelectorTest, LeastLoadTiesRotate) {
+  PolicyConfig c;
+  c.policy = Policy::kLeastLoad;
+  Selector& s = Make(c);
+  std::vector<TargetId> fleet;
+  for (int i = 0; i < 16; ++i) fleet.push_back(index_.AddTarget({absl::StrCat("e", i), 0}, kBlock));
+  std::map<TargetId, int> picks;
+  for (int i = 0; i < 160; ++i) {
+    auto pick = s.Pick(Input(), fleet);
+    ASSERT_TRUE(pick.ok());
+    ++picks[pick->picked];
+  }
+  ASSERT_EQ(picks.size(), 16u);
+  for (auto [t, n] : picks) EXPECT_EQ(n, 10) << t;
 }
 
 TEST_F(SelectorTest, LowerTierHitsEarnPartialCredit) {
@@ -321,8 +349,8 @@ TEST_F(SelectorTest, RandomIsSeededAndCoversCandidates) {
   EXPECT_EQ(seen.size(), 2u);
 }
 
-TEST_F(SelectorTest, LeastLoadPicksLowestLoadThenOrder) {
-  PolicyConfig c;
+TEST_F(SelectorTest, LeastLoadPicksLowestLoad) {
+  PolicyConfig c = Config();
   c.policy = Policy::kLeastLoad;
   Selector& s = Make(c);
   index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);  // cache is ignored
@@ -375,7 +403,7 @@ TEST_F(SelectorTest, ImagesRouteByAffinityNotTextOverlap) {
   EXPECT_FALSE(s.images().Holds(w1_, cat[0]));
 }
 
-TEST_F(SelectorTest, RecentBlocksSpreadSerialTraffic) {
+TEST_F(SelectorTest, RecentBlocksSpreadSerialTrafficUntilTheEventsConfirmThem) {
   PolicyConfig c = Config(1.0);
   c.recent_decay = 0.5;
   Selector& s = Make(c);
@@ -385,12 +413,175 @@ TEST_F(SelectorTest, RecentBlocksSpreadSerialTraffic) {
   EXPECT_EQ(first->picked, w0_);
   first->guard.Release();
   // W0 missed all 10 blocks: it is charged 10 recent blocks, so the next identical
-  // cold request (no cache events arrived) goes to W1.
+  // cold request (no cache events arrived) goes to W1; the decay comes first.
   EXPECT_DOUBLE_EQ(s.load().RecentBlocks(w0_), 10);
   auto second = s.Pick(Input(), cands);
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->picked, w1_);
+  EXPECT_DOUBLE_EQ(second->costs[0], 10 + 5);
   EXPECT_DOUBLE_EQ(s.load().RecentBlocks(w0_), 5);
+  second->guard.Release();
+  // W0's events arrive: the blocks its charge stood for are confirmed, so they count
+  // once (as hits), not also as load. W1's charge is not confirmed and stays.
+  index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);
+  auto third = s.Pick(Input(), cands);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->picked, w0_);
+  EXPECT_DOUBLE_EQ(third->costs[0], 0);
+  EXPECT_DOUBLE_EQ(third->costs[1], 10 + 5);
+  EXPECT_DOUBLE_EQ(s.load().RecentBlocks(w1_), 5);
+}
+
+TEST_F(SelectorTest, DecayedChargesAreDropped) {
+  PolicyConfig c = Config(1.0);
+  c.recent_decay = 0.5;
+  Selector& s = Make(c);
+  const TargetId only_w0[] = {w0_};
+  const TargetId only_w1[] = {w1_};
+  ASSERT_TRUE(s.Pick(Input(), only_w0).ok());
+  // 11 picks elsewhere halve W0's 10 blocks to 0.005 (decay is global) ...
+  for (int i = 0; i < 11; ++i) ASSERT_TRUE(s.Pick(Input(), only_w1).ok());
+  // ... and W0's next pick drops the negligible charge before it is charged 10 anew.
+  ASSERT_TRUE(s.Pick(Input(), only_w0).ok());
+  EXPECT_DOUBLE_EQ(s.load().RecentBlocks(w0_), 10);
+}
+
+// ---- The default load term (--load-term work) ----
+
+TEST_F(SelectorTest, DefaultSerialRepeatGoesBackToTheWarmTarget) {
+  // The case: an identical request after the first completed. Its blocks are
+  // confirmed by the events on W0; nothing is in flight. The repeat must hit.
+  Selector& s = Make(PolicyConfig{});
+  const TargetId cands[] = {w0_, w1_};
+  auto first = s.Pick(Input(), cands);
+  ASSERT_TRUE(first.ok());
+  const TargetId warm = first->picked;
+  index_.InsertRouterHashes(warm, chain_, Tier::kDevice);  // the engine's events
+  first->guard.Release();
+  for (int i = 0; i < 4; ++i) {  // whatever the tie rotation's position
+    auto again = s.Pick(Input(), cands);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->picked, warm);
+    EXPECT_EQ(again->cache_hits, 10u);
+  }
+}
+
+TEST_F(SelectorTest, DefaultPendingPrefillIsSettledByEventsOrFirstToken) {
+  Selector& s = Make(PolicyConfig{});
+  const TargetId only_w0[] = {w0_};
+  auto a = s.Pick(Input(), only_w0);  // 10 uncached blocks to compute on W0
+  ASSERT_TRUE(a.ok());
+  EXPECT_DOUBLE_EQ(s.load().PendingPrefillBlocks(w0_), 10);
+  EXPECT_DOUBLE_EQ(s.load().Load(w0_), 10);
+  // A different prompt: W0 (10 pending + 10 misses) loses to cold W1 (10 misses).
+  const std::vector<TokenId> other = OtherTokens(10, 5000);
+  RoutingInput in = Input();
+  in.tokens = std::span<const TokenId>(other);
+  const TargetId cands[] = {w0_, w1_};
+  auto b = s.Pick(in, cands);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->picked, w1_);
+  EXPECT_DOUBLE_EQ(b->costs[0], 20);
+  EXPECT_DOUBLE_EQ(b->costs[1], 10);
+  // W0's events confirm a's last block: a's prefill is done; its blocks stay active.
+  index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);
+  auto c = s.Pick(in, only_w0);
+  ASSERT_TRUE(c.ok());
+  EXPECT_DOUBLE_EQ(c->load, 0);
+  EXPECT_EQ(s.load().ActiveBlocks(w0_), 20u);
+  // b's first token (PrefillDone) settles W1 without events; idempotent.
+  EXPECT_DOUBLE_EQ(s.load().PendingPrefillBlocks(w1_), 10);
+  b->guard.PrefillDone();
+  b->guard.PrefillDone();
+  EXPECT_DOUBLE_EQ(s.load().PendingPrefillBlocks(w1_), 0);
+  EXPECT_EQ(s.load().ActiveBlocks(w1_), 10u);
+  b->guard.Release();
+  EXPECT_EQ(s.load().ActiveBlocks(w1_), 0u);
+  // Release settles a pending prefill too (a request that failed before its token).
+  EXPECT_DOUBLE_EQ(s.load().PendingPrefillBlocks(w0_), 10);  // c's
+  c->guard.Release();
+  EXPECT_DOUBLE_EQ(s.load().PendingPrefillBlocks(w0_), 0);
+}
+
+TEST_F(SelectorTest, DefaultKvPressureIsSteepPastTheThreshold) {
+  Selector& s = Make(PolicyConfig{});
+  s.load().SetCapacityBlocks(w0_, 100);
+  s.load().SetCapacityBlocks(w1_, 100);
+  // W0 caches the prompt but holds 75 in-flight blocks (decoding: no pending
+  // prefill). With this request's 10 it would be at 85 %: 5 blocks past 80 % cost
+  // 4 each = 20, more than W1's 10 misses.
+  index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);
+  Busy(s, w0_, 75);
+  const TargetId cands[] = {w0_, w1_};
+  auto p = s.Pick(Input(), cands);
+  ASSERT_TRUE(p.ok());
+  EXPECT_DOUBLE_EQ(p->costs[0], 0 + 4.0 * 5);
+  EXPECT_DOUBLE_EQ(p->costs[1], 10);
+  EXPECT_EQ(p->picked, w1_);
+  p->guard.Release();
+  // At 70 active blocks (80 % with this request) there is no pressure: W0 hits.
+  busy_.clear();
+  Busy(s, w0_, 70);
+  auto q = s.Pick(Input(), cands);
+  ASSERT_TRUE(q.ok());
+  EXPECT_DOUBLE_EQ(q->costs[0], 0);
+  EXPECT_EQ(q->picked, w0_);
+}
+
+TEST_F(SelectorTest, CapacityIsLearnedOnceTheViewHasEvicted) {
+  Selector& s = Make(PolicyConfig{});
+  index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);  // 10 blocks, never evicted
+  const TargetId only[] = {w0_};
+  ASSERT_TRUE(s.Pick(Input(), only).ok());
+  EXPECT_EQ(s.load().CapacityBlocks(w0_), 0u);  // a growing view says nothing yet
+  index_.RemoveRouterHashes(w0_, std::span(chain_).last(2), Tier::kDevice);
+  ASSERT_TRUE(s.Pick(Input(), only).ok());
+  EXPECT_EQ(s.load().CapacityBlocks(w0_), 10u);  // evicting at 10: full at 10
+  s.load().SetCapacityBlocks(w0_, 64);           // the worker record's num_gpu_blocks
+  EXPECT_EQ(s.load().CapacityBlocks(w0_), 64u);
+}
+
+TEST_F(SelectorTest, ADriftingTargetsOverlapIsTrustedLess) {
+  Selector& s = Make(PolicyConfig{});
+  index_.InsertRouterHashes(w0_, std::span(chain_).first(8), Tier::kDevice);
+  index_.InsertRouterHashes(w1_, std::span(chain_).first(5), Tier::kDevice);
+  const TargetId cands[] = {w0_, w1_};
+  auto trusted = s.Pick(Input(), cands);
+  ASSERT_TRUE(trusted.ok());
+  EXPECT_EQ(trusted->picked, w0_);  // 2 misses vs 5
+  trusted->guard.Release();
+  // W0's engine keeps reporting none of the hits its view promised.
+  for (int i = 0; i < 8; ++i) s.predictions().Record(w0_, 8 * kBlock, 0);
+  ASSERT_TRUE(s.predictions().Get(w0_).drifting);
+  auto distrusted = s.Pick(Input(), cands);
+  ASSERT_TRUE(distrusted.ok());
+  EXPECT_DOUBLE_EQ(distrusted->costs[0], 10 - 0.25 * 8);
+  EXPECT_DOUBLE_EQ(distrusted->costs[1], 10 - 5);
+  EXPECT_EQ(distrusted->picked, w1_);
+  s.RemoveTarget(w0_);
+  EXPECT_FALSE(s.predictions().Get(w0_).drifting);
+}
+
+TEST_F(SelectorTest, DefaultImageAffinityHoldsForLongPrompts) {
+  // A 100-block prompt with an image: the repeat goes back to the target holding the
+  // image although the first request missed 100 blocks there.
+  Selector& s = Make(PolicyConfig{});
+  const std::vector<TokenId> long_prompt = OtherTokens(100, 9000);
+  const std::vector<uint64_t> cat = {ImageKey("https://x/cat.png")};
+  RoutingInput in = Input(Role::kMixed);
+  in.tokens = std::span<const TokenId>(long_prompt);
+  in.image_keys = cat;
+  const TargetId cands[] = {w0_, w1_};
+  auto first = s.Pick(in, cands);
+  ASSERT_TRUE(first.ok());
+  const TargetId warm = first->picked;
+  first->guard.Release();
+  for (int i = 0; i < 3; ++i) {
+    auto again = s.Pick(in, cands);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->picked, warm);
+    EXPECT_EQ(again->mm_affinity_hits, 1u);
+  }
 }
 
 TEST_F(SelectorTest, BadCandidatesAreErrors) {

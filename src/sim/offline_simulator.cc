@@ -50,6 +50,9 @@ class Simulation {
         pd_candidates_.push_back(
             {slot.target, prefill ? core::Role::kPrefill : core::Role::kDecode, "sim"});
       }
+      if (config.capacity_known) {
+        selector_.load().SetCapacityBlocks(slot.target, config.engine.num_gpu_blocks);
+      }
       engines_.push_back(std::move(slot));
     }
     if (config.pd_fleet()) prefill_guards_.resize(workload.requests.size());
@@ -99,12 +102,17 @@ class Simulation {
   void Sample(int64_t t) {
     while (next_sample_ns_ <= t) {
       std::vector<uint32_t> load;
+      std::vector<float> kv;
       load.reserve(engines_.size());
+      kv.reserve(engines_.size());
       for (const EngineSlot& s : engines_) {
         load.push_back(static_cast<uint32_t>(s.engine->NumRunning() + s.engine->NumWaiting()));
+        const KvCache& cache = s.engine->cache();
+        kv.push_back(static_cast<float>(cache.NumUsed()) / static_cast<float>(cache.num_blocks()));
       }
       result_.sample_times_ns.push_back(next_sample_ns_);
       result_.load_samples.push_back(std::move(load));
+      result_.kv_samples.push_back(std::move(kv));
       next_sample_ns_ += sample_interval_ns_;
     }
   }
@@ -132,9 +140,11 @@ class Simulation {
         // The decode leg of a disaggregated request: the prefill hit stays the request's.
         r.first_token_ns = t;
         r.decode_cached_tokens = o.cached_tokens;
+        guards_[o.request_id].PrefillDone();
       } else if (o.index == 0) {
         r.first_token_ns = t;
         r.cached_tokens = o.cached_tokens;
+        guards_[o.request_id].PrefillDone();
         if (config_.release_load_at_first_token) guards_[o.request_id].Release();
       }
       r.output_tokens = o.index + 1;

@@ -5,7 +5,8 @@
 // KV-event deliveries, then engine step completions, then arrivals):
 //  * arrival of a workload request: the router core (core::Selector over a
 //    core::KvIndex — the same policy code as infera-router) picks an engine; the
-//    pick's active-blocks guard is held until the request's last token; the
+//    pick's guard is told PrefillDone() at the request's first token (as the router
+//    does at the first streamed token) and held until its last token; the
 //    engine queues the request and, if idle, starts a step;
 //  * engine step completion: the step's outputs become visible (first token →
 //    TTFT, last token → completion), the KV events the step produced are handed to
@@ -42,6 +43,9 @@ struct OfflineConfig {
   // token instead of its last. The router releases at the end of the response, so
   // false is the setting that matches it; true measures a prefill-only load term.
   bool release_load_at_first_token = false;
+  // The router knows each engine's KV capacity (num_gpu_blocks in the worker
+  // record); false: it learns it from the events.
+  bool capacity_known = true;
   // Load samples (requests per engine) are taken this often; 0 = about 400 samples.
   int64_t sample_interval_ns = 0;
   // PD fleet (doc/pd.md): with both > 0 they replace `engines`; engines
@@ -77,9 +81,11 @@ struct RequestOutcome {
 
 struct OfflineResult {
   std::vector<RequestOutcome> requests;  // workload order
-  // load_samples[k][e]: requests queued or running on engine e at sample_times_ns[k].
+  // load_samples[k][e]: requests queued or running on engine e at sample_times_ns[k];
+  // kv_samples[k][e]: its KV blocks in use / num_gpu_blocks then.
   std::vector<int64_t> sample_times_ns;
   std::vector<std::vector<uint32_t>> load_samples;
+  std::vector<std::vector<float>> kv_samples;
   std::vector<EngineStats> engine_stats;
   // At the end of the run: blocks each engine caches, and blocks the router's index
   // holds for it (equal when every event was delivered and applied).

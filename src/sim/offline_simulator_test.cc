@@ -71,30 +71,57 @@ TEST(OfflineSimulatorTest, RouterViewMatchesEngineCachesAfterEvictions) {
   }
 }
 
-TEST(OfflineSimulatorTest, ReleaseLoadAtFirstTokenFreesADecodingEngine) {
-  // r0 decodes for seconds; r1 arrives while it does. Least-load sends r1 away from
-  // r0's engine while r0's blocks count as load (the router's rule, released at the
-  // last token), and onto it (the tie goes to engine 0) when they stop counting at
-  // r0's first token.
+// r0 decodes for seconds; r1 (short, 10 ms later) takes the other engine; r2
+// arrives at 1 s, when least-load's scan starts at r0's engine again.
+Workload DecodingThenShort() {
   Workload w;
-  w.requests.resize(2);
+  w.requests.resize(3);
   w.requests[0].segments = {{1, 64}};
   w.requests[0].prompt_tokens = 64;
   w.requests[0].output_tokens = 500;
-  w.requests[1].arrival_ns = 1'000'000'000;
-  w.requests[1].segments = {{2, 64}};
+  w.requests[1].arrival_ns = 10'000'000;
+  w.requests[1].segments = {{3, 64}};
   w.requests[1].prompt_tokens = 64;
-  w.requests[1].output_tokens = 4;
+  w.requests[1].output_tokens = 1;
+  w.requests[2].arrival_ns = 1'000'000'000;
+  w.requests[2].segments = {{2, 64}};
+  w.requests[2].prompt_tokens = 64;
+  w.requests[2].output_tokens = 4;
+  return w;
+}
+
+TEST(OfflineSimulatorTest, ReleaseLoadAtFirstTokenFreesADecodingEngine) {
+  // Spec load term (active blocks until the last token). Least-load sends r2 away
+  // from r0's engine
+  // while r0's blocks count as load (the router's rule, released at the last token),
+  // and onto it (the tie goes to the scan start) when they stop counting at r0's
+  // first token.
+  Workload w = DecodingThenShort();
   OfflineConfig c = Config(core::Policy::kLeastLoad, 2, 4096);
+  c.policy.load_term = core::LoadTerm::kSpec;
   OfflineResult at_finish = RunOffline(w, c);
-  ASSERT_GT(at_finish.requests[0].finish_ns, w.requests[1].arrival_ns);
+  ASSERT_GT(at_finish.requests[0].finish_ns, w.requests[2].arrival_ns);
   EXPECT_EQ(at_finish.requests[0].engine, 0u);
   EXPECT_EQ(at_finish.requests[1].engine, 1u);
+  EXPECT_EQ(at_finish.requests[2].engine, 1u);
   c.release_load_at_first_token = true;
   OfflineResult at_first = RunOffline(w, c);
   EXPECT_EQ(at_first.requests[0].engine, 0u);
-  EXPECT_EQ(at_first.requests[1].engine, 0u);
-  EXPECT_EQ(at_first.requests[1].output_tokens, 4u);
+  EXPECT_EQ(at_first.requests[2].engine, 0u);
+  EXPECT_EQ(at_first.requests[2].output_tokens, 4u);
+}
+
+TEST(OfflineSimulatorTest, WorkLoadTermDoesNotCountDecode) {
+  // Default load term: r0 is past its first token (no pending prefill) and far below
+  // the KV threshold, so its decode does not push r2 away from engine 0.
+  Workload w = DecodingThenShort();
+  OfflineResult r = RunOffline(w, Config(core::Policy::kLeastLoad, 2, 4096));
+  ASSERT_GT(r.requests[0].finish_ns, w.requests[2].arrival_ns);
+  EXPECT_EQ(r.requests[0].engine, 0u);
+  EXPECT_EQ(r.requests[1].engine, 1u);
+  EXPECT_EQ(r.requests[2].engine, 0u);
+  ASSERT_FALSE(r.kv_samples.empty());
+  EXPECT_EQ(r.kv_samples[0].size(), 2u);
 }
 
 TEST(OfflineSimulatorTest, DeterministicForAGivenSeed) {

@@ -64,7 +64,7 @@ void PrefixCacheBound::Touch(core::BlockHash hash) {
   PushMru(n);
 }
 
-void PrefixCacheBound::Add(std::span<const core::BlockHash> chain, size_t prompt_tokens) {
+size_t PrefixCacheBound::Add(std::span<const core::BlockHash> chain, size_t prompt_tokens) {
   prompt_tokens_ += prompt_tokens;
   const size_t max_hit = prompt_tokens == 0 ? 0 : (prompt_tokens - 1) / block_size_;
   size_t hits = 0;
@@ -75,7 +75,9 @@ void PrefixCacheBound::Add(std::span<const core::BlockHash> chain, size_t prompt
     while (hits < chain.size() && where_.contains(chain[hits])) ++hits;
     for (size_t i = chain.size(); i-- > 0;) Touch(chain[i]);
   }
-  hit_tokens_ += std::min(hits, max_hit) * block_size_;
+  const size_t hit_tokens = std::min(hits, max_hit) * block_size_;
+  hit_tokens_ += hit_tokens;
+  return hit_tokens;
 }
 
 BoundRates ComputeBounds(const Workload& workload, size_t block_size, size_t pooled_capacity_blocks,
@@ -85,11 +87,15 @@ BoundRates ComputeBounds(const Workload& workload, size_t block_size, size_t poo
   std::vector<core::TokenId> tokens;
   std::vector<core::BlockHash> chain;
   size_t reported = 0;
+  BoundRates out;
+  out.pooled_hit_tokens.resize(workload.requests.size());
   for (size_t i = 0; i < workload.requests.size(); ++i) {
     workload.Materialize(workload.requests[i], tokens);
     chain.clear();
     core::AppendChain(tokens, block_size, 0, chain);
-    if (pooled_capacity_blocks > 0) pooled.Add(chain, tokens.size());
+    if (pooled_capacity_blocks > 0) {
+      out.pooled_hit_tokens[i] = static_cast<uint32_t>(pooled.Add(chain, tokens.size()));
+    }
     infinite.Add(chain, tokens.size());
     if (progress && (i + 1) % 256 == 0) {
       progress(i + 1 - reported);
@@ -97,7 +103,6 @@ BoundRates ComputeBounds(const Workload& workload, size_t block_size, size_t poo
     }
   }
   if (progress) progress(workload.requests.size() - reported);
-  BoundRates out;
   out.pooled = pooled_capacity_blocks > 0 ? pooled.HitRate() : 0;
   out.infinite = infinite.HitRate();
   return out;

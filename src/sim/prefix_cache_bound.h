@@ -28,8 +28,9 @@ class PrefixCacheBound {
   // capacity_blocks == 0: unlimited.
   PrefixCacheBound(size_t capacity_blocks, size_t block_size);
 
-  // `chain` holds the router hashes of the prompt's full blocks.
-  void Add(std::span<const core::BlockHash> chain, size_t prompt_tokens);
+  // `chain` holds the router hashes of the prompt's full blocks. Returns the
+  // request's hit tokens.
+  size_t Add(std::span<const core::BlockHash> chain, size_t prompt_tokens);
 
   uint64_t prompt_tokens() const { return prompt_tokens_; }
   uint64_t hit_tokens() const { return hit_tokens_; }
@@ -63,6 +64,8 @@ class PrefixCacheBound {
 struct BoundRates {
   double pooled = 0;  // 0 when pooled_capacity_blocks == 0
   double infinite = 0;
+  // Per request (workload order): prompt tokens the pooled cache served.
+  std::vector<uint32_t> pooled_hit_tokens;
 };
 // Hashes every prompt of `workload` once (router hashing, core::AppendChain) and
 // replays it through a pooled cache of `pooled_capacity_blocks` (0: skipped) and an

@@ -23,4 +23,16 @@ int64_t TimingModel::StepNs(size_t prefill_tokens, size_t decode_seqs, double oc
   return static_cast<int64_t>(std::llround(ms * 1e6 / s));
 }
 
+int64_t TimingModel::IdlePrefillNs(size_t uncached_tokens, size_t max_batched_tokens) const {
+  size_t left = std::max<size_t>(uncached_tokens, 1);
+  const size_t chunk = std::max<size_t>(max_batched_tokens, 1);
+  int64_t ns = 0;
+  while (left > 0) {
+    const size_t x = std::min(left, chunk);
+    ns += StepNs(x, 0, 0);
+    left -= x;
+  }
+  return ns;
+}
+
 }  // namespace infera::sim

@@ -34,6 +34,9 @@ struct TimingModel {
   double DecodeMs(double occupancy) const;
   // Duration of one step, speedup applied.
   int64_t StepNs(size_t prefill_tokens, size_t decode_seqs, double occupancy) const;
+  // TTFT of a request alone on an idle engine: its uncached tokens (at least 1) in
+  // chunks of `max_batched_tokens`, one prefill step each, speedup applied.
+  int64_t IdlePrefillNs(size_t uncached_tokens, size_t max_batched_tokens) const;
 };
 
 }  // namespace infera::sim

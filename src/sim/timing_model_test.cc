@@ -31,5 +31,12 @@ TEST(TimingModelTest, StepSumsPrefillAndDecodeAndAppliesSpeedup) {
   EXPECT_EQ(t.StepNs(0, 1, 0.0), static_cast<int64_t>(std::llround(5.74e6 / 4)));
 }
 
+TEST(TimingModelTest, IdlePrefillIsOneStepPerChunk) {
+  TimingModel t;
+  EXPECT_EQ(t.IdlePrefillNs(100, 8192), t.StepNs(100, 0, 0.0));
+  EXPECT_EQ(t.IdlePrefillNs(0, 8192), t.StepNs(1, 0, 0.0));  // at least one token
+  EXPECT_EQ(t.IdlePrefillNs(20000, 8192), 2 * t.StepNs(8192, 0, 0.0) + t.StepNs(3616, 0, 0.0));
+}
+
 }  // namespace
 }  // namespace infera::sim

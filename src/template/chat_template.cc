@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <unordered_map>
 
@@ -31,6 +32,55 @@ absl::StatusOr<jinja::Template> ParseTemplate(const std::string& source, const s
     return absl::InvalidArgumentError(what + ": " + std::string(t.status().message()));
   }
   return t;
+}
+
+// vLLM's content-format detection ("openai" when the template loops over a message's
+// content, else "string"), approximated on the source: a `for x in m.content` or
+// `for x in m['content']` loop.
+bool IteratesContent(const std::string& source) {
+  static const std::regex loop(
+      R"(for\s+\w+\s+in\s+\w+\s*(\.\s*content\b|\[\s*['"]content['"]\s*\]))");
+  return std::regex_search(source, loop);
+}
+
+// A content list of text parts only ([{"type": "text", "text": ...}, ...]) as vLLM
+// renders it for a "string"-format template: the texts joined with a newline.
+// nullopt when the content is anything else.
+std::optional<jinja::Value> JoinedTextParts(const jinja::Value& content) {
+  if (!content.IsList() || content.list().empty()) return std::nullopt;
+  std::string joined;
+  bool first = true;
+  for (const jinja::Value& part : content.list()) {
+    if (!part.IsDict()) return std::nullopt;
+    const jinja::Value* type = part.dict().Find("type");
+    const jinja::Value* text = part.dict().Find("text");
+    if (type == nullptr || !type->IsString() || type->str() != "text" || text == nullptr ||
+        !text->IsString()) {
+      return std::nullopt;
+    }
+    if (!first) joined += '\n';
+    first = false;
+    joined += text->str();
+  }
+  return jinja::Value::String(std::move(joined));
+}
+
+// The messages with every text-parts content joined (a copy only when one changes).
+jinja::Value WithJoinedTextParts(const jinja::Value& messages) {
+  std::optional<jinja::ValueList> out;
+  const jinja::ValueList& in = messages.list();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].IsDict()) continue;
+    const jinja::Value* content = in[i].dict().Find("content");
+    if (content == nullptr) continue;
+    std::optional<jinja::Value> joined = JoinedTextParts(*content);
+    if (!joined) continue;
+    if (!out) out = in;
+    jinja::Dict message = in[i].dict();
+    message.Set("content", std::move(*joined));
+    (*out)[i] = jinja::Value::FromDict(std::move(message));
+  }
+  return out ? jinja::Value::List(std::move(*out)) : messages;
 }
 
 }  // namespace
@@ -74,6 +124,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromConfig(std::string_view config_js
     absl::StatusOr<jinja::Template> t = ParseTemplate(*jinja_source, "chat_template.jinja");
     if (!t.ok()) return t.status();
     chat.default_ = std::move(*t);
+    chat.default_openai_format_ = IteratesContent(*jinja_source);
     return chat;
   }
   auto found = config.find("chat_template");
@@ -84,6 +135,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromConfig(std::string_view config_js
     absl::StatusOr<jinja::Template> t = ParseTemplate(found->get<std::string>(), "chat_template");
     if (!t.ok()) return t.status();
     chat.default_ = std::move(*t);
+    chat.default_openai_format_ = IteratesContent(found->get<std::string>());
     return chat;
   }
   if (!found->is_array()) {
@@ -101,6 +153,8 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromConfig(std::string_view config_js
         ParseTemplate(entry["template"].get<std::string>(), "chat_template '" + name + "'");
     if (!t.ok()) return t.status();
     (name == "default" ? chat.default_ : chat.tool_use_) = std::move(*t);
+    (name == "default" ? chat.default_openai_format_ : chat.tool_use_openai_format_) =
+        IteratesContent(entry["template"].get<std::string>());
   }
   if (!chat.default_.has_value() && !chat.tool_use_.has_value()) {
     return absl::InvalidArgumentError("chat_template list has neither 'default' nor 'tool_use'");
@@ -190,15 +244,18 @@ absl::StatusOr<std::string> ChatTemplate::RenderBody(const jinja::Value& body,
   const jinja::Value* tools = b.Find("tools");
   const bool has_tools = tools != nullptr && !tools->IsNone();
   const jinja::Template* t = nullptr;
+  bool openai_format = false;
   if (has_tools && tool_use_.has_value()) {
     t = &*tool_use_;
+    openai_format = tool_use_openai_format_;
   } else if (default_.has_value()) {
     t = &*default_;
+    openai_format = default_openai_format_;
   } else {
     return absl::InvalidArgumentError("no chat template for a request without tools");
   }
   jinja::Dict context = special_tokens_;
-  context.Set("messages", *messages);
+  context.Set("messages", openai_format ? *messages : WithJoinedTextParts(*messages));
   context.Set("tools", has_tools ? *tools : jinja::Value::None());
   const jinja::Value* documents = b.Find("documents");
   context.Set("documents", documents != nullptr ? *documents : jinja::Value::None());

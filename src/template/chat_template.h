@@ -5,6 +5,10 @@
 //   add_generation_prompt (default true), the tokenizer config's special tokens
 //   (bos_token, eos_token, ... as strings; {"content": ...} objects unwrapped), and the
 //   request's chat_template_kwargs merged on top (e.g. enable_thinking).
+//   A message content that is a list of text parts ([{"type": "text", "text": ...}])
+//   is joined with "\n" into one string first, as vLLM does for templates of its
+//   "string" content format — unless the template loops over a message's content
+//   (vLLM's "openai" format), which then gets the list as sent.
 //
 //   absl::StatusOr<ChatTemplate> chat = ChatTemplate::Load("/models/qwen3");
 //   absl::StatusOr<std::string> prompt = chat->RenderJson(R"({"messages": [...]})");
@@ -67,6 +71,9 @@ class ChatTemplate {
 
   std::optional<jinja::Template> default_;
   std::optional<jinja::Template> tool_use_;
+  // Whether each template loops over message content (vLLM's "openai" format).
+  bool default_openai_format_ = false;
+  bool tool_use_openai_format_ = false;
   jinja::Dict special_tokens_;
 };
 

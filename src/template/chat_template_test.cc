@@ -35,6 +35,33 @@ TEST(ChatTemplateTest, BuildsTheContextVllmPasses) {
   EXPECT_EQ(*out, "<s>|</s>|False|[]|None|False|False|");
 }
 
+TEST(ChatTemplateTest, TextPartsAreJoinedForStringFormatTemplates) {
+  // A Qwen 3-like template reads content only when it is a string.
+  ChatTemplate string_format =
+      MustLoad({{"chat_template",
+                 "{% for m in messages %}{% if m.content is string %}[{{ m.content }}]{% else %}"
+                 "(not a string){% endif %}{% endfor %}"}});
+  absl::StatusOr<std::string> out = string_format.RenderJson(
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                     {"type": "text", "text": "b"}]},
+                       {"role": "assistant", "content": "c"},
+                       {"role": "user", "content": [{"type": "image_url", "image_url":
+                                                     {"url": "http://x/i.png"}}]}]})");
+  ASSERT_TRUE(out.ok()) << out.status();
+  // Text parts joined with a newline; a list with other parts is passed unchanged.
+  EXPECT_EQ(*out, "[a\nb][c](not a string)");
+  // A template that loops over the content (vLLM's "openai" format) gets the list.
+  ChatTemplate openai_format =
+      MustLoad({{"chat_template",
+                 "{% for m in messages %}{% for p in m['content'] %}<{{ p.text }}>{% endfor %}"
+                 "{% endfor %}"}});
+  out = openai_format.RenderJson(
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                     {"type": "text", "text": "b"}]}]})");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "<a><b>");
+}
+
 TEST(ChatTemplateTest, KeepsRequestKeyOrderForTojson) {
   ChatTemplate chat = MustLoad({{"chat_template", "{{ tools | tojson }}"}});
   absl::StatusOr<std::string> out =

@@ -399,12 +399,39 @@ Value Interpreter::Lookup(const std::string& name, const std::shared_ptr<Frame>&
 CallArgs Interpreter::EvalArgs(const Expr& expr, size_t first,
                                const std::shared_ptr<Frame>& frame) {
   CallArgs args;
+  // Jinja2 evaluates `*args` / `**kwargs` after the plain arguments (its Call node
+  // keeps them apart), so unpacking is done at the end, in that order.
+  const Expr* star = nullptr;
+  const Expr* star_star = nullptr;
   for (size_t i = first; i < expr.children.size(); ++i) {
     const std::string& name = expr.arg_names[i - first];
     if (name.empty()) {
       args.positional.push_back(Eval(*expr.children[i], frame));
+    } else if (name == "*") {
+      star = expr.children[i].get();
+    } else if (name == "**") {
+      star_star = expr.children[i].get();
     } else {
       args.keyword.emplace_back(name, Eval(*expr.children[i], frame));
+    }
+  }
+  if (star != nullptr) {
+    const Value v = Eval(*star, frame);
+    if (v.IsUndefined() || v.IsNone() || v.IsNumber() || v.IsCallable()) {
+      ThrowRuntime("argument after * must be an iterable, not " + std::string(v.TypeName()));
+    }
+    for (Value& item : builtins::Iterate(v)) args.positional.push_back(std::move(item));
+  }
+  if (star_star != nullptr) {
+    const Value v = Eval(*star_star, frame);
+    if (!v.IsDict()) {
+      ThrowRuntime("argument after ** must be a mapping, not " + std::string(v.TypeName()));
+    }
+    for (const auto& [key, value] : v.dict().items) {
+      for (const auto& [name, unused] : args.keyword) {
+        if (name == key) ThrowRuntime("got multiple values for keyword argument '" + key + "'");
+      }
+      args.keyword.emplace_back(key, value);
     }
   }
   return args;

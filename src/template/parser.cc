@@ -1039,24 +1039,37 @@ class ParserImpl {
     return e;
   }
 
-  // Parses "(args)" into e->children (after any existing ones) and e->arg_names.
+  // Parses "(args)" into e->children (after any existing ones) and e->arg_names:
+  // "" positional, "*" / "**" call-site unpacking (`f(*args)`, `f(**kwargs)`, at most
+  // one each, as Jinja2's parse_call_args allows), else the keyword's name.
   void ParseArgs(Expr* e) {
     ExpectOp("(");
-    bool first = true;
+    bool first = true, star = false, star_star = false, keyword = false;
+    auto invalid = [&] { SyntaxError(Cur().line, "invalid syntax for function call expression"); };
     while (!IsOp(")")) {
       if (!first) ExpectOp(",");
       first = false;
       if (IsOp(")")) break;
-      if (IsOp("*") || IsOp("**")) SyntaxError(Cur().line, "*args and **kwargs are not supported");
-      if (Cur().type == Tok::kName && Peek().type == Tok::kOp && Peek().value == "=") {
+      if (IsOp("*")) {
+        if (star || star_star) invalid();
+        star = true;
+        Next();
+        e->arg_names.push_back("*");
+      } else if (IsOp("**")) {
+        if (star_star) invalid();
+        star_star = true;
+        Next();
+        e->arg_names.push_back("**");
+      } else if (Cur().type == Tok::kName && Peek().type == Tok::kOp && Peek().value == "=") {
+        if (star_star) invalid();
+        keyword = true;
         std::string name = Cur().value;
         Next();
         Next();
         e->arg_names.push_back(name);
       } else {
-        for (const auto& n : e->arg_names) {
-          if (!n.empty()) SyntaxError(Cur().line, "positional argument follows keyword argument");
-        }
+        if (keyword) SyntaxError(Cur().line, "positional argument follows keyword argument");
+        if (star || star_star) invalid();
         e->arg_names.push_back("");
       }
       e->children.push_back(ParseExpression(true));

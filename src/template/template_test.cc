@@ -181,6 +181,29 @@ TEST(TemplateErrorTest, SyntaxErrorsAreInvalidArgumentWithLine) {
       << t.status();
 }
 
+TEST(TemplateTest, CallSiteUnpacking) {
+  // Outputs and errors as Python Jinja2 gives them (snippets.jsonl checks parity).
+  EXPECT_EQ(RenderOk("{% macro m(a, b=2) %}{{ a }}/{{ b }}{% endmacro %}{{ m(*[1]) }}|"
+                     "{{ m(*[1, 3]) }}|{{ m(**{'a': 5, 'b': 6}) }}|{{ m(1, **{'b': 7}) }}|"
+                     "{{ m(*[8], **{'b': 9}) }}|{{ m(*(4,), b=0) }}|{{ range(*[1, 4]) | list }}|"
+                     "{{ dict(**d) }}|{{ '%s-%s' | format(*['x', 'y']) }}|{{ m(*'ab') }}"),
+            "1/2|1/3|5/6|1/7|8/9|4/0|[1, 2, 3]|{'b': 1, 'a': 2}|x-y|a/b");
+  const std::string m = "{% macro m(a, b=2) %}{{ a }}{{ b }}{% endmacro %}";
+  EXPECT_NE(RenderStatus(m + "{{ m(**l) }}").message().find("must be a mapping"),
+            std::string::npos);
+  EXPECT_NE(RenderStatus(m + "{{ m(*n) }}").message().find("must be an iterable"),
+            std::string::npos);
+  EXPECT_NE(RenderStatus(m + "{{ m(a=1, **{'a': 2}) }}").message().find("multiple values"),
+            std::string::npos);
+  for (const char* call :
+       {"{{ m(*l, 1) }}", "{{ m(**d, b=1) }}", "{{ m(*l, *l) }}", "{{ m(**d, **d) }}"}) {
+    absl::StatusOr<Template> t = Template::Parse(m + call);
+    ASSERT_FALSE(t.ok()) << call;
+    EXPECT_NE(t.status().message().find("invalid syntax for function call"), std::string::npos)
+        << t.status();
+  }
+}
+
 TEST(TemplateErrorTest, RuntimeErrorsCarryTheMessage) {
   EXPECT_EQ(RenderStatus("{{ raise_exception('roles must alternate') }}").message(),
             "template raised: roles must alternate");

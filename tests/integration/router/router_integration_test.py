@@ -155,7 +155,7 @@ def main():
         f"http://127.0.0.1:{po},model_name=fo-model",
     ]
     argv = [ARGS.router, "--host", "127.0.0.1", "--port", "0", "--threads", "2",
-            "--router-policy", "kv-aware", "--kv-recent-decay", "0",
+            "--router-policy", "kv-aware",
             "--max-body-bytes", str(1 << 20), "--breaker-failures", "100"]
     for w in workers:
         argv += ["--worker", w]

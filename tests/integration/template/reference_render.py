@@ -73,31 +73,63 @@ class ChatRenderer:
                 self.special_tokens[key] = value["content"]
         self.templates = {}
         jinja_path = os.path.join(model_dir, "chat_template.jinja")
+        self.openai_format = {}
         if os.path.exists(jinja_path):
             with open(jinja_path, encoding="utf-8") as f:
-                self.templates["default"] = self.env.from_string(f.read())
+                self._add("default", f.read())
             return
         source = config.get("chat_template")
         if isinstance(source, str):
-            self.templates["default"] = self.env.from_string(source)
+            self._add("default", source)
         else:
             for entry in source:
                 if entry["name"] in ("default", "tool_use"):
-                    self.templates[entry["name"]] = self.env.from_string(entry["template"])
+                    self._add(entry["name"], entry["template"])
+
+    def _add(self, name, source):
+        self.templates[name] = self.env.from_string(source)
+        self.openai_format[name] = iterates_content(self.env.parse(source))
 
     def render(self, body):
         tools = body.get("tools")
-        if tools is not None and "tool_use" in self.templates:
-            template = self.templates["tool_use"]
-        else:
-            template = self.templates["default"]
+        name = "tool_use" if tools is not None and "tool_use" in self.templates else "default"
+        template = self.templates[name]
         context = dict(self.special_tokens)
-        context["messages"] = body["messages"]
+        messages = body["messages"]
+        if not self.openai_format[name]:
+            messages = [join_text_parts(m) for m in messages]
+        context["messages"] = messages
         context["tools"] = tools
         context["documents"] = body.get("documents")
         context["add_generation_prompt"] = body.get("add_generation_prompt", True)
         context.update(body.get("chat_template_kwargs") or {})
         return template.render(**context)
+
+
+def iterates_content(ast):
+    """vLLM's content-format detection: "openai" when a for loop iterates over
+    <name>.content or <name>['content'], else "string"."""
+    for loop in ast.find_all(nodes.For):
+        it = loop.iter
+        if isinstance(it, nodes.Getattr) and it.attr == "content" and isinstance(it.node, nodes.Name):
+            return True
+        if (isinstance(it, nodes.Getitem) and isinstance(it.arg, nodes.Const)
+                and it.arg.value == "content" and isinstance(it.node, nodes.Name)):
+            return True
+    return False
+
+
+def join_text_parts(message):
+    """A "string"-format template gets a content list of text parts as one string,
+    the texts joined with a newline (vLLM); other contents are unchanged."""
+    if not isinstance(message, dict):
+        return message
+    content = message.get("content")
+    if (not isinstance(content, list) or not content
+            or not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                       for p in content)):
+        return message
+    return dict(message, content="\n".join(p["text"] for p in content))
 
 
 def parse_now(text):
