@@ -97,7 +97,8 @@ json FinalResponse(const std::string& id, const char* object, int64_t created,
 }
 
 http::Awaitable<void> SendJson(http::ResponseWriter& w, int status, const json& body) {
-  co_await w.Send(status, JsonHeaders(), body.dump());
+  co_await w.Send(status, JsonHeaders(),
+                  body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 http::Awaitable<void> SendError(http::ResponseWriter& w, int status, const std::string& msg) {

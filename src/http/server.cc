@@ -124,7 +124,7 @@ ErrorBody DefaultErrorBody(int status, std::string_view message, std::string_vie
                        {{"message", message},
                         {"type", status >= 500 ? "server_error" : "invalid_request_error"},
                         {"code", status}}}};
-  return {"application/json", j.dump()};
+  return {"application/json", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
 }
 
 // Connections registered per loop, touched only on that loop's thread.

@@ -60,7 +60,7 @@ void AppendEvent(std::string& out, const char* name, const json& data) {
   out += "event: ";
   out += name;
   out += "\ndata: ";
-  out += data.dump();
+  out += data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   out += "\n\n";
 }
 
@@ -205,7 +205,7 @@ const char* AnthropicErrorType(int status) {
 std::string AnthropicErrorBody(int status, std::string_view message) {
   json j = {{"type", "error"},
             {"error", {{"type", AnthropicErrorType(status)}, {"message", message}}}};
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void AnthropicStreamTranslator::Start(std::string& out) {
