@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sim"))
 import sim_harness  # noqa: E402
 from sim_harness import Processes, check, http, poll, raw, start_engine, start_router  # noqa: E402
