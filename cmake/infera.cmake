@@ -1,6 +1,14 @@
 # Shared build settings for the project's own targets.
 
-set(INFERA_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter)
+# Warnings are errors only where the project asks for it (scripts/test, i.e. `make
+# test`, turns INFERA_WERROR on): a user's or a distribution's build with another
+# compiler or build type must not fail on a new warning.
+option(INFERA_WERROR "Treat warnings of the project's own targets as errors" OFF)
+set(INFERA_WARNINGS -Wall -Wextra)
+if(INFERA_WERROR)
+  list(APPEND INFERA_WARNINGS -Werror)
+endif()
+list(APPEND INFERA_WARNINGS -Wno-unused-parameter)
 
 if(INFERA_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)

@@ -5,8 +5,7 @@
 #include <cstring>
 #include <memory>
 
-#include "discovery/etcd_discovery.h"
-#include "discovery/static_discovery.h"
+#include "discovery/discovery_factory.h"
 #include "router/router.h"
 #include "spdlog/spdlog.h"
 #include "template/render_command.h"
@@ -73,8 +72,7 @@ int main(int argc, char** argv) {
                  "Directory with tokenizer.json and tokenizer_config.json (chat template); "
                  "without it prompts are estimated as bytes/4 and only integer-array prompts "
                  "get cache hits");
-  app.add_option("--discovery-backend", discovery_backend, "static | etcd")
-      ->capture_default_str();
+  app.add_option("--discovery-backend", discovery_backend, "static | etcd")->capture_default_str();
   app.add_option("--etcd-endpoint", etcd_endpoint, "etcd endpoints host:port[,host:port]")
       ->capture_default_str();
   app.add_option("--etcd-prefix", etcd_prefix, "etcd key prefix of worker records")
@@ -143,35 +141,18 @@ int main(int argc, char** argv) {
   opt.server.max_body_bytes = max_body;
   opt.server.max_header_bytes = max_header;
 
-  std::unique_ptr<infera::discovery::Discovery> discovery;
-  if (discovery_backend == "static") {
-    std::vector<infera::discovery::WorkerRecord> records;
-    for (const std::string& f : worker_flags) {
-      auto r = infera::discovery::ParseWorkerFlag(f);
-      if (!r.ok()) {
-        spdlog::error("--worker {}: {}", f, r.status().ToString());
-        return 2;
-      }
-      records.push_back(*r);
-    }
-    if (!workers_file.empty()) {
-      auto list = infera::discovery::LoadWorkersFile(workers_file);
-      if (!list.ok()) {
-        spdlog::error("--workers-file {}: {}", workers_file, list.status().ToString());
-        return 2;
-      }
-      records.insert(records.end(), list->begin(), list->end());
-    }
-    discovery = std::make_unique<infera::discovery::StaticDiscovery>(std::move(records));
-  } else if (discovery_backend == "etcd") {
-    infera::discovery::EtcdDiscoveryOptions eopt;
-    eopt.client.endpoints = etcd_endpoint;
-    eopt.prefix = etcd_prefix;
-    discovery = std::make_unique<infera::discovery::EtcdDiscovery>(eopt);
-  } else {
-    spdlog::error("--discovery-backend must be static or etcd");
+  infera::discovery::DiscoveryConfig dcfg;
+  dcfg.backend = discovery_backend;
+  dcfg.worker_flags = worker_flags;
+  dcfg.workers_file = workers_file;
+  dcfg.etcd_endpoint = etcd_endpoint;
+  dcfg.etcd_prefix = etcd_prefix;
+  auto created = infera::discovery::CreateDiscovery(dcfg);
+  if (!created.ok()) {
+    spdlog::error("{}", created.status().ToString());
     return 2;
   }
+  std::unique_ptr<infera::discovery::Discovery> discovery = *std::move(created);
 
   // Block SIGINT/SIGTERM in every thread; the main thread waits for them.
   sigset_t signals = TerminationSignals();

@@ -79,8 +79,20 @@ struct KvEventIngestor::Conn {
   std::atomic<bool> status_complete{false};
 };
 
+KvEventIngestor::KvEventIngestor(SharedKvIndex& index, IngestorOptions options)
+    : options_(options),
+      ctx_(std::make_unique<zmq::context_t>(1)),
+      index_mu_(index.mutex()),
+      index_(index.index()) {
+  thread_ = std::thread([this] { Run(); });
+}
+
 KvEventIngestor::KvEventIngestor(IngestorOptions options)
-    : options_(options), ctx_(std::make_unique<zmq::context_t>(1)) {
+    : options_(options),
+      ctx_(std::make_unique<zmq::context_t>(1)),
+      owned_index_(std::make_unique<SharedKvIndex>()),
+      index_mu_(owned_index_->mutex()),
+      index_(owned_index_->index()) {
   thread_ = std::thread([this] { Run(); });
 }
 

@@ -18,11 +18,12 @@
 //     (sequence back to 0, or a reconnect after which the stream does not continue),
 //     or a BlockStored names a parent the view must know but does not.
 //
-// Concurrency (doc/kv-events.md "Concurrency"): the ingestor owns the index behind a
-// writer-priority reader/writer lock. The ingestion thread decodes outside the lock and applies one
-// batch at a time under a short exclusive lock; request threads read through
-// WithIndex(), which holds the lock shared for the duration of the callback. Readers
-// never wait for decoding or socket I/O, only for the application of one batch.
+// Concurrency (doc/kv-events.md "Concurrency"): the index lives in a SharedKvIndex (the
+// router's, or one the ingestor owns) behind a writer-priority reader/writer lock. The
+// ingestion thread decodes outside the lock and applies one batch at a time under a
+// short exclusive lock; request threads read through WithIndex(), which holds the lock
+// shared for the duration of the callback. Readers never wait for decoding or socket
+// I/O, only for the application of one batch.
 //
 // Thread-safety: every public method may be called from any thread.
 //
@@ -69,6 +70,8 @@
 
 #include "core/kv_index.h"
 #include "core/types.h"
+#include "events/kv_event_source.h"
+#include "events/shared_kv_index.h"
 #include "events/writer_priority_mutex.h"
 
 namespace zmq {
@@ -76,38 +79,6 @@ class context_t;
 }
 
 namespace infera::events {
-
-struct KvEventCounters {
-  std::atomic<uint64_t> messages{0};
-  std::atomic<uint64_t> batches{0};
-  std::atomic<uint64_t> events{0};
-  std::atomic<uint64_t> skipped_events{0};
-  std::atomic<uint64_t> blocks_stored{0};
-  std::atomic<uint64_t> blocks_removed{0};
-  std::atomic<uint64_t> cleared{0};
-  std::atomic<uint64_t> gaps{0};
-  std::atomic<uint64_t> replays{0};
-  std::atomic<uint64_t> replayed_batches{0};
-  std::atomic<uint64_t> replay_failures{0};
-  std::atomic<uint64_t> replays_skipped{0};
-  std::atomic<uint64_t> resyncs{0};
-  std::atomic<uint64_t> restarts{0};
-  std::atomic<uint64_t> decode_errors{0};
-  std::atomic<uint64_t> unknown_parents{0};
-  std::atomic<uint64_t> dropped{0};
-  std::atomic<uint64_t> block_size_mismatches{0};
-};
-
-struct IngestTarget {
-  core::TargetKey key{};
-  std::string events_endpoint{};  // "tcp://host:5557" (already offset by the rank); empty:
-                                  // the target is indexed but has no event stream
-  std::string replay_endpoint{};  // "" when the engine has no replay socket
-  uint32_t block_size = 16;
-  std::string topic{};  // subscription prefix; "" = every topic
-
-  friend bool operator==(const IngestTarget&, const IngestTarget&) = default;
-};
 
 struct IngestorOptions {
   int replay_timeout_ms = 2000;          // whole replay, request to end marker
@@ -137,8 +108,11 @@ struct IngestTargetStatus {
   bool complete = false;
 };
 
-class KvEventIngestor {
+class KvEventIngestor final : public KvEventSource {
  public:
+  // Writes into `index` (the router's). REQUIRES: `index` outlives the ingestor.
+  explicit KvEventIngestor(SharedKvIndex& index, IngestorOptions options = {});
+  // Writes into an index of its own (tests, probes).
   explicit KvEventIngestor(IngestorOptions options = {});
   ~KvEventIngestor();
   KvEventIngestor(const KvEventIngestor&) = delete;
@@ -147,10 +121,10 @@ class KvEventIngestor {
   // Adds a target (index entry at once; subscription on the ingestion thread).
   // Re-adding the same key with the same settings is a no-op; with other settings the
   // target is replaced and its view starts empty.
-  core::TargetId AddTarget(const IngestTarget& target);
+  core::TargetId AddTarget(const IngestTarget& target) override;
   // Removes a target, its subscription and its view. Unknown keys are ignored.
-  void RemoveTarget(const core::TargetKey& key);
-  std::optional<core::TargetId> FindTarget(const core::TargetKey& key) const;
+  void RemoveTarget(const core::TargetKey& key) override;
+  std::optional<core::TargetId> FindTarget(const core::TargetKey& key) const override;
 
   // Runs f(const core::KvIndex&) under the shared lock and returns its result. Keep f
   // short (one request's matching): the ingestion thread waits for it to apply.
@@ -169,7 +143,7 @@ class KvEventIngestor {
     return std::shared_lock<WriterPriorityMutex>(index_mu_);
   }
 
-  const KvEventCounters& counters() const { return counters_; }
+  const KvEventCounters& counters() const override { return counters_; }
   std::vector<IngestTargetStatus> TargetStatuses() const;
 
  private:
@@ -205,8 +179,9 @@ class KvEventIngestor {
   KvEventCounters counters_;
   std::unique_ptr<zmq::context_t> ctx_;  // outlives every socket
 
-  mutable WriterPriorityMutex index_mu_;  // guards index_ and Conn::alive
-  core::KvIndex index_;
+  std::unique_ptr<SharedKvIndex> owned_index_;  // when constructed without an index
+  WriterPriorityMutex& index_mu_;               // guards index_ and Conn::alive
+  core::KvIndex& index_;
 
   mutable std::mutex registry_mu_;                         // guards registry_, commands_
   std::map<std::string, std::shared_ptr<Conn>> registry_;  // by TargetKey::ToString()

@@ -1,49 +1,49 @@
-// Router: the infera-router server (architecture §1, §2, §6, §7, §12, §13).
+// Router: the infera-router server, assembled from the request pipeline
+// (doc/router-pipeline.md; architecture §1, §2, §6, §7, §12, §13).
 //
-// HTTP front (src/http) -> parse (ApiRequest) -> RoutingInput (token ids from the
-// chat template + tokenizer when --router-tokenizer-path is set, the client's
-// integer-array prompt, else the bytes/4 estimate) -> core::Selector pick under one
-// short mutex, reading the KV index that the events ingestor owns -> proxy to the
-// worker over the per-loop keep-alive pool, streaming chunk by chunk -> release the
-// pick's active-blocks guard exactly once (completion, failure, client disconnect —
-// which also cancels the upstream request).
+//   http::Server -> ApiFront (route table, admin views)
+//     -> RequestPipeline: ParseApiRequest -> upstream body -> PromptEncoder
+//     -> Dispatcher (MixedDispatcher): PickPlanner::PlanMixed(ctx, fleet snapshot)
+//        -> Upstream::Send -> failover / Relay (SSE, Anthropic transform)
+//        -> PickGuards released -> RouterMetrics
+//   discovery -> WorkerSet (records, DP expansion, breakers, Fleet snapshots)
+//   KV events -> KvEventSource (ZMQ ingestor) -> SharedKvIndex (owned here)
 //
-// Failure handling: per-request deadline; failover to another candidate only before
-// the first byte reached the client (connect failure, 5xx answer); per-worker
-// circuit breaker; errors in the API's own shape (OpenAI or Anthropic) with 400 /
-// 404 / 413 / 502 / 503 / 504 (doc/router.md).
-//
-// Workers come and go through AddWorker/UpdateWorker/RemoveWorker (discovery
-// callbacks, any thread); a removed worker's index and load state go with it.
+// Failure handling, status codes and error shapes: doc/router.md. Time and
+// randomness are injected (RouterEnv) so tests run the whole router in-process with a
+// ManualClock, a seed and a fake Upstream.
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
-#include <atomic>
+#include <cstdint>
+#include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
+#include "core/clock.h"
 #include "core/selector.h"
 #include "discovery/discovery.h"
 #include "discovery/worker_record.h"
-#include "events/kv_event_ingestor.h"
-#include "http/client.h"
+#include "events/kv_event_source.h"
+#include "events/shared_kv_index.h"
+#include "http/io_pool.h"
 #include "http/server.h"
-#include "router/metrics.h"
-
-namespace infera::tokenizer {
-class Tokenizer;
-class PrefixCachingEncoder;
-}  // namespace infera::tokenizer
-namespace infera::chat {
-class ChatTemplate;
-}
+#include "router/upstream.h"
 
 namespace infera::router {
+
+class AdminViews;
+class ApiFront;
+class Dispatcher;
+class PickPlanner;
+class PromptEncoder;
+class RequestIds;
+class RequestPipeline;
+class RouterMetrics;
+class WorkerSet;
 
 struct RouterOptions {
   http::ServerOptions server;  // host, port, limits
@@ -58,9 +58,17 @@ struct RouterOptions {
   int64_t breaker_cooldown_ms = 10'000;
 };
 
+// What the router takes from its environment; the defaults are the real ones.
+struct RouterEnv {
+  const core::Clock* clock = nullptr;  // null: the steady clock. Must outlive the router.
+  std::optional<uint64_t> seed;        // request-id salt seed; nullopt: std::random_device
+  // The request transport; null: HTTP over the router's event loops.
+  std::function<std::unique_ptr<Upstream>(http::IoPool& pool, const core::Clock& clock)> upstream;
+};
+
 class Router {
  public:
-  explicit Router(RouterOptions options);
+  explicit Router(RouterOptions options, RouterEnv env = {});
   ~Router();
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
@@ -77,84 +85,30 @@ class Router {
   discovery::DiscoveryCallbacks Callbacks();
 
   // Pick guards not yet released (tests: must return to 0).
-  size_t PendingGuards();
-  std::string RenderMetrics();
+  size_t PendingGuards() const;
+  // Active blocks of one target (worker_id, dp_rank); 0 when unknown.
+  size_t ActiveBlocks(const core::TargetKey& key) const;
+  std::string RenderMetrics() const;
 
  private:
-  struct Worker;
-  struct Loop;
-  class HeldPick;
-  struct ProxyState;
-
-  http::Awaitable<void> Handle(http::Request& req, http::ResponseWriter& w);
-  http::Awaitable<void> Proxy(int kind, http::Request& req, http::ResponseWriter& w,
-                              std::string request_id);
-  static const std::string& RoleLabel(core::Role role);
-  Histogram* DurationSeries(const std::string& outcome);
-  http::Awaitable<void> SendJson(http::ResponseWriter& w, int status, const std::string& body,
-                                 const std::string& request_id);
-  http::Awaitable<void> SendError(http::ResponseWriter& w, int kind, int status,
-                                  std::string message, const std::string& request_id,
-                                  const char* code = nullptr);
-  std::string HealthJson();
-  std::string ModelsJson();
-  std::string WorkersJson();
-  std::optional<std::string> CacheViewJson(const std::string& worker_id, uint32_t dp_rank);
-  std::string NewRequestId();
-  int64_t NowNs() const;
-
   RouterOptions options_;
+  std::unique_ptr<core::Clock> own_clock_;
+  const core::Clock* clock_;
   std::unique_ptr<http::IoPool> pool_;
+  events::SharedKvIndex index_;
+  std::unique_ptr<events::KvEventSource> events_;
+  std::unique_ptr<RouterMetrics> metrics_;
+  std::unique_ptr<PickPlanner> planner_;
+  std::unique_ptr<WorkerSet> workers_;
+  std::unique_ptr<PromptEncoder> encoder_;
+  std::unique_ptr<Upstream> upstream_;
+  std::unique_ptr<Dispatcher> dispatcher_;
+  std::unique_ptr<RequestPipeline> pipeline_;
+  std::unique_ptr<AdminViews> views_;
+  std::unique_ptr<RequestIds> ids_;
+  std::unique_ptr<ApiFront> front_;
   std::unique_ptr<http::Server> server_;
-  std::vector<std::unique_ptr<http::Client>> clients_;  // one per loop
-  std::unique_ptr<events::KvEventIngestor> ingestor_;
-
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
-  std::unique_ptr<tokenizer::PrefixCachingEncoder> encoder_;
-  std::unique_ptr<chat::ChatTemplate> template_;
-
-  // pick_mu_ guards selector_, workers_ and every breaker; it is held for a pick,
-  // a guard release, or a worker change, never across I/O.
-  std::mutex pick_mu_;
-  std::unique_ptr<core::Selector> selector_;
-  std::vector<std::unique_ptr<Worker>> workers_;
-
-  std::atomic<uint64_t> request_seq_{0};
-  uint64_t request_id_salt_ = 0;
-  std::atomic<int64_t> inflight_{0};
   bool started_ = false;
-
-  CounterFamily requests_total_{"infera_router_requests_total",
-                                "Requests answered, by endpoint and HTTP status."};
-  CounterFamily picks_total_{"infera_router_picks_total", "Picks, by role and worker."};
-  CounterFamily failovers_total_{"infera_router_failovers_total",
-                                 "Retries on another worker before the first byte."};
-  CounterFamily upstream_errors_total_{"infera_router_upstream_errors_total",
-                                       "Upstream failures, by worker and kind."};
-  HistogramFamily pick_cache_hits_{"infera_router_pick_cache_hits",
-                                   "Cache-hit blocks of the picked target.",
-                                   {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}};
-  HistogramFamily pick_request_blocks_{"infera_router_pick_request_blocks",
-                                       "Prompt blocks of picked requests.",
-                                       {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}};
-  HistogramFamily request_duration_{
-      "infera_request_duration_seconds",
-      "Request duration, by router policy and outcome.",
-      {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
-  HistogramFamily overhead_{
-      "infera_router_routing_overhead_seconds",
-      "Router time before proxying, by stage (parse, render_tokenize, "
-      "hash_match, total).",
-      {1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2, 0.1}};
-
-  // Series of the families above that every request touches, looked up once.
-  std::vector<Histogram*> duration_by_outcome_;  // per outcome (kOutcomes in router.cc)
-  Histogram* stage_parse_ = nullptr;
-  Histogram* stage_render_tokenize_ = nullptr;
-  Histogram* stage_hash_match_ = nullptr;
-  Histogram* stage_total_ = nullptr;
-  Histogram* pick_cache_hits_by_role_[3] = {};
-  Histogram* pick_request_blocks_by_role_[3] = {};
 };
 
 }  // namespace infera::router

@@ -365,8 +365,12 @@ void BpeModel::MergeWord(std::string_view word, std::vector<uint32_t>* out) cons
   Scratch& scratch = ThreadScratch();
   std::vector<Symbol>& symbols = scratch.symbols;
   symbols.clear();
-  // Pending unknown run: (id, byte length), flushed before the next known symbol.
-  std::optional<std::pair<uint32_t, uint32_t>> unk;
+  // Pending unknown run: (id, byte length), flushed before the next known symbol. Plain
+  // fields, not std::optional<pair>: g++ 12 -O3 reports a false maybe-uninitialized
+  // on the optional's payload.
+  bool unk = false;
+  uint32_t unk_id = 0;
+  uint32_t unk_len = 0;
   auto add = [&](uint32_t id, uint32_t len) {
     int32_t index = static_cast<int32_t>(symbols.size());
     symbols.push_back({id, index - 1, index + 1, len});
@@ -395,8 +399,8 @@ void BpeModel::MergeWord(std::string_view word, std::vector<uint32_t>* out) cons
     uint32_t byte_len = static_cast<uint32_t>(i - start);
     if (id != kNone) {
       if (unk) {
-        add(unk->first, unk->second);
-        unk.reset();
+        add(unk_id, unk_len);
+        unk = false;
       }
       add(id, byte_len);
       continue;
@@ -413,14 +417,16 @@ void BpeModel::MergeWord(std::string_view word, std::vector<uint32_t>* out) cons
     }
     if (unk_id_) {
       if (unk && fuse_unk_) {
-        unk->second += byte_len;
+        unk_len += byte_len;
       } else {
-        if (unk) add(unk->first, unk->second);
-        unk = std::make_pair(*unk_id_, byte_len);
+        if (unk) add(unk_id, unk_len);
+        unk = true;
+        unk_id = *unk_id_;
+        unk_len = byte_len;
       }
     }
   }
-  if (unk) add(unk->first, unk->second);
+  if (unk) add(unk_id, unk_len);
   if (symbols.empty()) return;
   symbols.back().next = -1;
 

@@ -1,0 +1,122 @@
+#include "router/admin_views.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+namespace infera::router {
+
+using nlohmann::json;
+
+std::string AdminViews::HealthJson() const {
+  return json({{"status", "ok"}, {"active_workers", workers_.Snapshot()->size()}}).dump();
+}
+
+std::string AdminViews::ModelsJson() const {
+  json data = json::array();
+  std::vector<std::string> seen;
+  for (const auto& w : *workers_.Snapshot()) {
+    const std::string& m = w->record.model_name;
+    if (m.empty() || std::find(seen.begin(), seen.end(), m) != seen.end()) continue;
+    seen.push_back(m);
+    data.push_back({{"id", m}, {"object", "model"}, {"created", 0}, {"owned_by", "infera"}});
+  }
+  return json({{"object", "list"}, {"data", data}}).dump();
+}
+
+std::string AdminViews::WorkersJson() const {
+  json list = json::array();
+  static constexpr const char* kBreaker[] = {"closed", "open", "half_open"};
+  for (const auto& w : *workers_.Snapshot()) {
+    json j = discovery::WorkerRecordToJson(w->record);
+    j["breaker_state"] = kBreaker[static_cast<int>(w->health.state())];
+    json ranks = json::array();
+    const std::vector<size_t> active = planner_.ActiveBlocks(*w);
+    for (size_t r = 0; r < w->targets.size(); ++r) {
+      ranks.push_back({{"dp_rank", w->record.dp_rank + r}, {"active_blocks", active[r]}});
+    }
+    j["targets"] = ranks;
+    list.push_back(std::move(j));
+  }
+  return json({{"workers", list}}).dump();
+}
+
+std::optional<std::string> AdminViews::CacheViewJson(const std::string& worker_id,
+                                                     uint32_t dp_rank) const {
+  auto id = events_.FindTarget({worker_id, dp_rank});
+  if (!id) return std::nullopt;
+  size_t blocks = index_.WithIndex([&](const core::KvIndex& index) -> size_t {
+    auto live = index.FindTarget({worker_id, dp_rank});
+    return live ? index.BlockCount(*live) : 0;
+  });
+  return json({{"worker_id", worker_id}, {"dp_rank", dp_rank}, {"block_count", blocks}}).dump();
+}
+
+std::string AdminViews::MetricsText() const {
+  std::string out;
+  metrics_.Render(out);
+  const std::shared_ptr<const Fleet> fleet = workers_.Snapshot();
+  size_t by_mode[3] = {0, 0, 0};
+  for (const auto& w : *fleet) by_mode[static_cast<int>(w->record.disagg_mode) % 3]++;
+  RenderHeader(out, "infera_active_workers", "gauge", "Workers known to discovery.");
+  for (int m = 0; m < 3; ++m) {
+    out += "infera_active_workers{" + MetricLabel("disagg_mode", core::RoleName(core::Role(m))) +
+           "} " + std::to_string(by_mode[m]) + "\n";
+  }
+  RenderHeader(out, "infera_policy_active_blocks", "gauge",
+               "Distinct in-flight prompt blocks per target.");
+  for (const auto& w : *fleet) {
+    const std::vector<size_t> active = planner_.ActiveBlocks(*w);
+    for (size_t r = 0; r < w->targets.size(); ++r) {
+      out += "infera_policy_active_blocks{" + MetricLabel("worker_id", w->KeyOf(r).ToString()) +
+             "} " + std::to_string(active[r]) + "\n";
+    }
+  }
+  RenderHeader(out, "infera_policy_cache_view_size", "gauge",
+               "Blocks the router believes each target caches.");
+  index_.WithIndex([&](const core::KvIndex& index) {
+    for (const auto& w : *fleet) {
+      for (size_t r = 0; r < w->targets.size(); ++r) {
+        const core::TargetKey key = w->KeyOf(r);
+        auto id = index.FindTarget(key);
+        out += "infera_policy_cache_view_size{" + MetricLabel("worker_id", key.ToString()) + "} " +
+               std::to_string(id ? index.BlockCount(*id) : 0) + "\n";
+      }
+    }
+    return 0;
+  });
+  RenderHeader(out, "infera_router_worker_breaker_state", "gauge",
+               "Circuit breaker per worker: 0 closed, 1 open, 2 half-open.");
+  for (const auto& w : *fleet) {
+    out += "infera_router_worker_breaker_state{" + MetricLabel("worker_id", w->record.worker_id) +
+           "} " + std::to_string(static_cast<int>(w->health.state())) + "\n";
+  }
+  RenderHeader(out, "infera_router_pending_pick_guards", "gauge",
+               "Picks whose active blocks are not yet released.");
+  out += "infera_router_pending_pick_guards " + std::to_string(planner_.PendingGuards()) + "\n";
+
+  const events::KvEventCounters& c = events_.counters();
+  auto counter = [&](const char* name, const char* help, const std::atomic<uint64_t>& v) {
+    RenderHeader(out, name, "counter", help);
+    out += std::string(name) + " " + std::to_string(v.load()) + "\n";
+  };
+  counter("infera_kv_events_messages_total", "Live KV-event messages received.", c.messages);
+  counter("infera_kv_events_batches_total", "KV-event batches applied.", c.batches);
+  counter("infera_kv_events_events_total", "KV events applied.", c.events);
+  counter("infera_kv_events_blocks_stored_total", "Engine blocks stored.", c.blocks_stored);
+  counter("infera_kv_events_blocks_removed_total", "Blocks removed.", c.blocks_removed);
+  counter("infera_kv_events_gaps_total", "Sequence gaps seen.", c.gaps);
+  counter("infera_kv_events_replays_total", "Replay requests sent.", c.replays);
+  counter("infera_kv_events_replay_failures_total", "Replays that timed out or were malformed.",
+          c.replay_failures);
+  counter("infera_kv_events_replays_skipped_total",
+          "Gaps not replayed because the target's replay backs off.", c.replays_skipped);
+  counter("infera_kv_events_resyncs_total", "Target views cleared and rebuilt.", c.resyncs);
+  counter("infera_kv_events_restarts_total", "Publisher restarts detected.", c.restarts);
+  counter("infera_kv_events_decode_errors_total", "Undecodable payloads.", c.decode_errors);
+  counter("infera_kv_events_unknown_parents_total", "BlockStored with unknown parent.",
+          c.unknown_parents);
+  return out;
+}
+
+}  // namespace infera::router

@@ -1,0 +1,49 @@
+// AdminViews: the router's read-only JSON and metrics pages (doc/router.md "Endpoints").
+//
+//   /health                         {"status":"ok","active_workers":N}
+//   /v1/models                      the models the fleet serves
+//   /v1/workers                     records + breaker state + active blocks per rank
+//   /v1/admin/cache-view/{id}       {"worker_id","dp_rank","block_count"}
+//   /metrics                        RouterMetrics + fleet gauges + KV-event counters
+// Every view reads one fleet snapshot; active blocks take the pick mutex briefly,
+// cache views the index's shared lock.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "events/kv_event_source.h"
+#include "events/shared_kv_index.h"
+#include "router/pick_planner.h"
+#include "router/router_metrics.h"
+#include "router/worker_set.h"
+
+namespace infera::router {
+
+class AdminViews {
+ public:
+  // REQUIRES: every reference outlives the views.
+  AdminViews(const WorkerSet& workers, const PickPlanner& planner,
+             const events::SharedKvIndex& index, const events::KvEventSource& events,
+             const RouterMetrics& metrics)
+      : workers_(workers), planner_(planner), index_(index), events_(events), metrics_(metrics) {}
+
+  std::string HealthJson() const;
+  std::string ModelsJson() const;
+  std::string WorkersJson() const;
+  // nullopt: no such target.
+  std::optional<std::string> CacheViewJson(const std::string& worker_id, uint32_t dp_rank) const;
+  std::string MetricsText() const;
+
+ private:
+  const WorkerSet& workers_;
+  const PickPlanner& planner_;
+  const events::SharedKvIndex& index_;
+  const events::KvEventSource& events_;
+  const RouterMetrics& metrics_;
+};
+
+}  // namespace infera::router

@@ -1,0 +1,104 @@
+#include "router/api_front.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "router/anthropic.h"
+#include "router/api_errors.h"
+
+namespace infera::router {
+namespace {
+
+constexpr std::string_view kCacheViewPrefix = "/v1/admin/cache-view/";
+
+bool KnownPath(std::string_view path) {
+  return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/messages" ||
+         path == "/health" || path == "/v1/models" || path == "/v1/workers" || path == "/metrics";
+}
+
+}  // namespace
+
+http::ErrorBody ApiFront::ServerErrorBody(int status, std::string_view message,
+                                          std::string_view target) {
+  if (target.substr(0, 12) == "/v1/messages") {
+    return http::ErrorBody{"application/json", AnthropicErrorBody(status, message)};
+  }
+  return http::ErrorBody{"application/json", OpenAiErrorBody(status, message, nullptr)};
+}
+
+http::Awaitable<void> ApiFront::Handle(http::Request& req, http::ResponseWriter& w) {
+  std::string_view path = req.path();
+  std::string request_id(req.headers.Get("X-Infera-Request-Id"));
+  // A client id is echoed in headers and bodies: 1-128 visible ASCII characters.
+  const bool id_ok =
+      request_id.size() <= 128 && std::all_of(request_id.begin(), request_id.end(),
+                                              [](char c) { return c > 0x20 && c < 0x7f; });
+  if (request_id.empty() || !id_ok) {
+    const bool given = !request_id.empty();
+    request_id = ids_.Next();
+    if (given) {
+      co_await SendError(w, path == "/v1/messages" ? ApiKind::kMessages : ApiKind::kChat, 400,
+                         "X-Infera-Request-Id must be 1 to 128 visible ASCII characters",
+                         request_id);
+      co_return;
+    }
+  }
+  const bool post = req.method == "POST";
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  if (post && path == "/v1/chat/completions") {
+    co_await pipeline_.Serve(ApiKind::kChat, req, w, std::move(request_id));
+  } else if (post && path == "/v1/completions") {
+    co_await pipeline_.Serve(ApiKind::kCompletions, req, w, std::move(request_id));
+  } else if (post && path == "/v1/messages") {
+    co_await pipeline_.Serve(ApiKind::kMessages, req, w, std::move(request_id));
+  } else if (get && path == "/health") {
+    co_await SendJson(w, 200, views_.HealthJson(), request_id);
+  } else if (get && path == "/v1/models") {
+    co_await SendJson(w, 200, views_.ModelsJson(), request_id);
+  } else if (get && path == "/v1/workers") {
+    co_await SendJson(w, 200, views_.WorkersJson(), request_id);
+  } else if (get && path == "/metrics") {
+    http::Headers h;
+    h.Add("Content-Type", "text/plain; version=0.0.4");
+    co_await w.Send(200, std::move(h), views_.MetricsText());
+  } else if (get && path.starts_with(kCacheViewPrefix)) {
+    co_await CacheView(req, w, path.substr(kCacheViewPrefix.size()), request_id);
+  } else {
+    const ApiKind kind = path == "/v1/messages" ? ApiKind::kMessages : ApiKind::kChat;
+    if (KnownPath(path)) {
+      co_await SendError(w, kind, 405,
+                         "method " + req.method + " not allowed on " + std::string(path),
+                         request_id);
+    } else {
+      co_await SendError(w, kind, 404, "no route for " + req.method + " " + std::string(path),
+                         request_id);
+    }
+  }
+}
+
+http::Awaitable<void> ApiFront::CacheView(http::Request& req, http::ResponseWriter& w,
+                                          std::string_view worker_id_view,
+                                          const std::string& request_id) {
+  std::string worker_id(worker_id_view);
+  std::string rank_text = req.QueryParam("dp_rank");
+  uint32_t rank = 0;
+  bool rank_ok = true;
+  if (!rank_text.empty()) {
+    char* end = nullptr;
+    unsigned long v = std::strtoul(rank_text.c_str(), &end, 10);
+    rank_ok = end != nullptr && *end == '\0' && v <= 0xffffffffUL;
+    rank = static_cast<uint32_t>(v);
+  }
+  if (!rank_ok) {
+    co_await SendError(w, ApiKind::kChat, 400, "dp_rank must be a non-negative integer",
+                       request_id);
+  } else if (auto view = views_.CacheViewJson(worker_id, rank)) {
+    co_await SendJson(w, 200, *view, request_id);
+  } else {
+    co_await SendError(w, ApiKind::kChat, 404,
+                       "unknown worker '" + worker_id + "' rank " + std::to_string(rank),
+                       request_id);
+  }
+}
+
+}  // namespace infera::router

@@ -1,0 +1,44 @@
+// ApiFront: the router's route table (doc/router.md "Endpoints").
+//
+//   POST /v1/chat/completions, /v1/completions, /v1/messages -> RequestPipeline
+//   GET|HEAD /health, /v1/models, /v1/workers, /metrics,
+//            /v1/admin/cache-view/{worker_id}?dp_rank=R       -> AdminViews
+//   a known path with another method -> 405; anything else -> 404
+// Every answer carries X-Infera-Request-Id: the client's (at most 128 bytes) or a
+// generated one. Errors under /v1/messages are in Anthropic's shape, others OpenAI's.
+//
+// Thread-safety: Handle runs on the connection's loop; one front serves all loops.
+#pragma once
+
+#include <string>
+
+#include "http/server.h"
+#include "router/admin_views.h"
+#include "router/request_ids.h"
+#include "router/request_pipeline.h"
+
+namespace infera::router {
+
+class ApiFront {
+ public:
+  // REQUIRES: every reference outlives the front.
+  ApiFront(RequestPipeline& pipeline, const AdminViews& views, RequestIds& ids)
+      : pipeline_(pipeline), views_(views), ids_(ids) {}
+
+  http::Awaitable<void> Handle(http::Request& req, http::ResponseWriter& w);
+
+  // The body of an error the HTTP server emits itself (limits, malformed HTTP), in the
+  // shape of the API `target` belongs to.
+  static http::ErrorBody ServerErrorBody(int status, std::string_view message,
+                                         std::string_view target);
+
+ private:
+  http::Awaitable<void> CacheView(http::Request& req, http::ResponseWriter& w,
+                                  std::string_view worker_id, const std::string& request_id);
+
+  RequestPipeline& pipeline_;
+  const AdminViews& views_;
+  RequestIds& ids_;
+};
+
+}  // namespace infera::router

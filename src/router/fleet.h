@@ -1,0 +1,61 @@
+// Fleet: an immutable snapshot of the workers the router knows (doc/router-pipeline.md).
+//
+// WorkerSet builds a new Fleet on every discovery change and publishes it atomically;
+// a request takes one snapshot and plans from it without holding a lock. A
+// FleetWorker never changes after it is published, except its breaker (WorkerHealth,
+// own lock) and `retired`, set under the pick mutex when discovery removes the worker
+// (the planner skips retired workers, so a stale snapshot never picks a target whose
+// index id was freed).
+//
+// Thread-safety: immutable; shared between threads through shared_ptr<const Fleet>.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/types.h"
+#include "discovery/worker_record.h"
+#include "http/url.h"
+#include "router/worker_health.h"
+
+namespace infera::router {
+
+struct FleetWorker {
+  discovery::WorkerRecord record;
+  http::Endpoint endpoint;
+  std::vector<core::TargetId> targets;  // one per DP rank, in rank order
+  // infera_router_picks_total per role and rank (`role="...",worker_id="..."`).
+  std::vector<std::atomic<uint64_t>*> picks[3];
+  mutable WorkerHealth health;
+  // Set (under the pick mutex) when discovery removed the worker.
+  mutable std::atomic<bool> retired{false};
+
+  FleetWorker(discovery::WorkerRecord r, http::Endpoint ep, uint32_t breaker_failures,
+              int64_t breaker_cooldown_ms)
+      : record(std::move(r)),
+        endpoint(std::move(ep)),
+        health(breaker_failures, breaker_cooldown_ms) {}
+
+  // Position of `target` in `targets` (targets.size() when absent).
+  size_t RankIndex(core::TargetId target) const {
+    size_t i = 0;
+    while (i < targets.size() && targets[i] != target) ++i;
+    return i;
+  }
+  // The target's DP rank, for the body's data_parallel_rank; nullopt when the worker
+  // has one rank (dp_size <= 1).
+  std::optional<uint32_t> DpRankOf(core::TargetId target) const {
+    if (record.dp_size <= 1) return std::nullopt;
+    return record.dp_rank + static_cast<uint32_t>(RankIndex(target));
+  }
+  core::TargetKey KeyOf(size_t rank_index) const {
+    return {record.worker_id, record.dp_rank + static_cast<uint32_t>(rank_index)};
+  }
+};
+
+using Fleet = std::vector<std::shared_ptr<const FleetWorker>>;
+
+}  // namespace infera::router

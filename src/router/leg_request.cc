@@ -1,0 +1,33 @@
+#include "router/leg_request.h"
+
+namespace infera::router {
+
+UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg,
+                           const nlohmann::json* extra) {
+  UpstreamRequest up;
+  up.endpoint = leg.worker->endpoint;
+  up.path = ctx.upstream_path;
+  up.headers.Add("Content-Type", "application/json");
+  up.headers.Add("X-Infera-Request-Id", ctx.request_id);
+  if (!ctx.authorization.empty()) up.headers.Add("Authorization", ctx.authorization);
+  up.deadline_ns = ctx.deadline_ns;
+  up.cancel = ctx.cancel;
+  const bool has_extra = extra != nullptr && extra->is_object() && !extra->empty();
+  if (!leg.dp_rank && !has_extra) {
+    up.body = ctx.upstream_body;
+    return up;
+  }
+  nlohmann::json j = nlohmann::json::parse(ctx.upstream_body, nullptr, false);
+  if (!j.is_object()) {
+    up.body = ctx.upstream_body;
+    return up;
+  }
+  if (leg.dp_rank) j["data_parallel_rank"] = *leg.dp_rank;
+  if (has_extra) {
+    for (auto it = extra->begin(); it != extra->end(); ++it) j[it.key()] = it.value();
+  }
+  up.body = j.dump();
+  return up;
+}
+
+}  // namespace infera::router

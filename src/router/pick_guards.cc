@@ -1,0 +1,26 @@
+#include "router/pick_guards.h"
+
+namespace infera::router {
+
+PickGuards& PickGuards::operator=(PickGuards&& other) noexcept {
+  if (this != &other) {
+    Release();
+    mu_ = other.mu_;
+    active_ = std::move(other.active_);
+    other.active_.clear();
+  }
+  return *this;
+}
+
+void PickGuards::AddActive(core::LoadState::ActiveGuard guard) {
+  if (guard.pending()) active_.push_back(std::move(guard));
+}
+
+void PickGuards::Release() {
+  if (active_.empty()) return;
+  absl::MutexLock lock(mu_);
+  for (auto& g : active_) g.Release();
+  active_.clear();
+}
+
+}  // namespace infera::router

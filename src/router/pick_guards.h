@@ -1,0 +1,43 @@
+// PickGuards: every hold one request has on the planner's state, released once.
+//
+// Today: the active-blocks guard of each picked target (core::LoadState), one per
+// leg. Next: decode-demand reservations (core::DecodeDemand::Reservation) join here,
+// so "released exactly once, however the request ends" stays one object's job.
+// Release() takes the pick mutex once for all holds; the destructor releases what
+// is still held (failover drops an attempt's guards before the next pick).
+//
+// Thread-safety: one owner (the request); Release takes the planner's mutex.
+// Move-only; a moved-from or empty PickGuards releases nothing.
+#pragma once
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/synchronization/mutex.h"
+#include "core/load_state.h"
+
+namespace infera::router {
+
+class PickGuards {
+ public:
+  PickGuards() = default;
+  // `mu` guards the state the holds point into (the planner's pick mutex).
+  explicit PickGuards(absl::Mutex* mu) : mu_(mu) {}
+  PickGuards(PickGuards&& other) noexcept { *this = std::move(other); }
+  PickGuards& operator=(PickGuards&& other) noexcept;
+  PickGuards(const PickGuards&) = delete;
+  PickGuards& operator=(const PickGuards&) = delete;
+  ~PickGuards() { Release(); }
+
+  // REQUIRES: the caller holds *mu (the planner adds holds while it picks).
+  void AddActive(core::LoadState::ActiveGuard guard);
+
+  // Releases every hold now; later calls (and the destructor) do nothing.
+  void Release() ABSL_LOCKS_EXCLUDED(*mu_);
+  bool pending() const { return !active_.empty(); }
+
+ private:
+  absl::Mutex* mu_ = nullptr;
+  absl::InlinedVector<core::LoadState::ActiveGuard, 2> active_;
+};
+
+}  // namespace infera::router

@@ -1,0 +1,42 @@
+// PickPlan: where one attempt of a request goes, and the holds it takes.
+//
+// A mixed plan has one leg. A prefill/decode plan (next: the PD dispatcher) has two,
+// prefill first, and names the transfer protocol of the pair. The guards release
+// every hold of the attempt exactly once (pick_guards.h).
+//
+// Thread-safety: owned by one request.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "absl/container/inlined_vector.h"
+#include "core/types.h"
+#include "router/fleet.h"
+#include "router/pick_guards.h"
+
+namespace infera::router {
+
+// How the legs of a plan cooperate (discovery's disagg_protocol for PD pairs).
+enum class PlanProtocol : uint8_t {
+  kMixed,            // one worker does prefill and decode
+  kSglangBootstrap,  // PD: bootstrap_host/port/room in both bodies
+  kVllmNixl,         // PD: kv_transfer_params from the prefill answer
+  kVllmMooncake,     // PD: kv_transfer_params, Mooncake transfer engine
+};
+
+struct PickLeg {
+  core::Role role = core::Role::kMixed;
+  std::shared_ptr<const FleetWorker> worker;
+  core::TargetId target = 0;
+  std::optional<uint32_t> dp_rank;  // data_parallel_rank for workers with dp_size > 1
+};
+
+struct PickPlan {
+  absl::InlinedVector<PickLeg, 2> legs;
+  PlanProtocol protocol = PlanProtocol::kMixed;
+  PickGuards guards;
+};
+
+}  // namespace infera::router

@@ -1,0 +1,106 @@
+#include "router/pick_planner.h"
+
+#include <algorithm>
+
+#include "router/router_metrics.h"
+#include "spdlog/spdlog.h"
+
+namespace infera::router {
+
+PickPlanner::PickPlanner(const core::PolicyConfig& policy, const events::SharedKvIndex& index,
+                         const core::Clock& clock, RouterMetrics& metrics)
+    : index_(index), clock_(clock), metrics_(metrics), selector_(policy, index.index()) {}
+
+absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet& fleet,
+                                                PlanHistory& history) {
+  const int64_t pick_start_ns = clock_.NowNs();
+  const bool first = history.tried.empty();
+  PickPlan plan;
+  core::PickResult pick;
+  const FleetWorker* owner = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    candidates_.clear();
+    owners_.clear();
+    for (const auto& wk : fleet) {
+      history.any_worker = true;
+      if (!wk->record.model_name.empty() && wk->record.model_name != ctx.api.model) continue;
+      if (wk->record.disagg_mode == discovery::DisaggMode::kDecode) continue;
+      history.model_known = true;
+      if (wk->retired.load(std::memory_order_relaxed)) continue;
+      if (std::find(history.tried.begin(), history.tried.end(), wk->record.worker_id) !=
+          history.tried.end()) {
+        continue;
+      }
+      if (!wk->health.WouldAllow(pick_start_ns)) continue;
+      for (core::TargetId t : wk->targets) {
+        candidates_.push_back(t);
+        owners_.push_back(wk.get());
+      }
+    }
+    if (candidates_.empty()) return absl::NotFoundError("");
+    core::RoutingInput input;
+    input.role = core::Role::kMixed;
+    input.request_id = ctx.request_id;
+    if (ctx.tokens) input.tokens = std::span<const core::TokenId>(*ctx.tokens);
+    input.estimated_tokens = ctx.api.estimated_tokens;
+    input.image_keys = ctx.api.image_keys;
+    auto picked =
+        index_.WithIndex([&](const core::KvIndex&) { return selector_.Pick(input, candidates_); });
+    if (!picked.ok()) return absl::UnavailableError(picked.status().message());
+    pick = std::move(*picked);
+    const size_t idx = static_cast<size_t>(
+        std::find(candidates_.begin(), candidates_.end(), pick.picked) - candidates_.begin());
+    owner = owners_[idx];
+    owner->health.Allow(pick_start_ns);
+    if (spdlog::should_log(spdlog::level::info)) spdlog::info("{}", core::FormatPickLog(pick));
+    plan.guards = PickGuards(&mu_);
+    plan.guards.AddActive(std::move(pick.guard));
+  }
+  // The owner is alive: `fleet` holds it.
+  for (const auto& wk : fleet) {
+    if (wk.get() == owner) {
+      plan.legs.push_back({core::Role::kMixed, wk, pick.picked, wk->DpRankOf(pick.picked)});
+      break;
+    }
+  }
+  history.tried.push_back(owner->record.worker_id);
+  const size_t role = static_cast<size_t>(pick.role) % 3;
+  owner->picks[role][owner->RankIndex(pick.picked)]->fetch_add(1, std::memory_order_relaxed);
+  metrics_.ObservePick(pick.role, pick.cache_hits, pick.request_blocks);
+  if (first) {
+    const int64_t now_ns = clock_.NowNs();
+    metrics_.ObserveStages(ctx.parse_s, ctx.tokenize_s, (now_ns - pick_start_ns) * 1e-9,
+                           (now_ns - ctx.start_ns) * 1e-9);
+  }
+  return plan;
+}
+
+void PickPlanner::Retire(const FleetWorker& worker, events::KvEventSource& events) {
+  absl::MutexLock lock(&mu_);
+  worker.retired.store(true, std::memory_order_relaxed);
+  for (size_t r = 0; r < worker.targets.size(); ++r) {
+    selector_.RemoveTarget(worker.targets[r]);
+    events.RemoveTarget(worker.KeyOf(r));
+  }
+}
+
+size_t PickPlanner::PendingGuards() const {
+  absl::MutexLock lock(&mu_);
+  return selector_.load().PendingGuards();
+}
+
+size_t PickPlanner::ActiveBlocks(core::TargetId target) const {
+  absl::MutexLock lock(&mu_);
+  return selector_.load().ActiveBlocks(target);
+}
+
+std::vector<size_t> PickPlanner::ActiveBlocks(const FleetWorker& worker) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<size_t> out;
+  out.reserve(worker.targets.size());
+  for (core::TargetId t : worker.targets) out.push_back(selector_.load().ActiveBlocks(t));
+  return out;
+}
+
+}  // namespace infera::router

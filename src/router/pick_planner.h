@@ -1,0 +1,84 @@
+// PickPlanner: turns a request and a fleet snapshot into a PickPlan.
+//
+// One plan = one attempt. The planner owns the core::Selector (policy, load state,
+// image affinity) behind the pick mutex, the one global lock of the request path:
+// a plan takes it once (candidate filter, breaker admission, Selector::Pick with the
+// KV index read-locked inside), and the plan's guards take it once more to release.
+// Nothing holds it across I/O.
+//
+// Candidates of a mixed plan: the targets (DP ranks) of workers that serve the
+// request's model (or any model when the record names none), are not decode-only,
+// were not tried by an earlier attempt of the same request, are not retired, and
+// whose breaker admits a request now.
+//
+// Extension points (doc/router-pipeline.md): a PD plan (prefill + decode legs, the
+// pair's protocol) is one more Plan* method over the same selector; decode-demand
+// reservations are taken here and handed to the plan's PickGuards; session affinity
+// narrows or orders the candidates before Selector::Pick.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/clock.h"
+#include "core/selector.h"
+#include "events/kv_event_source.h"
+#include "events/shared_kv_index.h"
+#include "router/fleet.h"
+#include "router/pick_plan.h"
+#include "router/request_context.h"
+
+namespace infera::router {
+
+class RouterMetrics;
+
+// What the planner saw over one request's attempts (the final error depends on it).
+struct PlanHistory {
+  std::vector<std::string> tried;  // worker ids picked so far
+  bool any_worker = false;         // the fleet was not empty
+  bool model_known = false;        // some non-decode worker serves the model
+};
+
+class PickPlanner {
+ public:
+  // REQUIRES: policy.Validate().ok(); index, clock and metrics outlive the planner.
+  PickPlanner(const core::PolicyConfig& policy, const events::SharedKvIndex& index,
+              const core::Clock& clock, RouterMetrics& metrics);
+  PickPlanner(const PickPlanner&) = delete;
+  PickPlanner& operator=(const PickPlanner&) = delete;
+
+  // Plans one mixed attempt. NotFound (empty message) when no candidate is left
+  // (`history` says why); Unavailable with the selector's message when it refused.
+  absl::StatusOr<PickPlan> PlanMixed(RequestContext& ctx, const Fleet& fleet, PlanHistory& history)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Marks the worker retired and drops its targets from the load state and from
+  // `events` (hence the index), all under the pick mutex: no plan can pick a target
+  // whose index id is being freed.
+  void Retire(const FleetWorker& worker, events::KvEventSource& events) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Guards not yet released (0 when idle: no leaked load).
+  size_t PendingGuards() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t ActiveBlocks(core::TargetId target) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Active blocks of each target of `worker`, in rank order.
+  std::vector<size_t> ActiveBlocks(const FleetWorker& worker) const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  const events::SharedKvIndex& index_;
+  const core::Clock& clock_;
+  RouterMetrics& metrics_;
+
+  mutable absl::Mutex mu_;
+  core::Selector selector_ ABSL_GUARDED_BY(mu_);
+  // Per-pick scratch, reused.
+  std::vector<core::TargetId> candidates_ ABSL_GUARDED_BY(mu_);
+  std::vector<const FleetWorker*> owners_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace infera::router

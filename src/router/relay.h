@@ -1,0 +1,39 @@
+// Relay: answers the client from a worker's response that passed the failover gate
+// (the head arrived with a status below 500).
+//
+//   SSE 200: relayed chunk by chunk as it arrives (chunked encoding), nothing
+//   buffered; a failure after the first byte becomes an in-band error event and the
+//   stream ends; a client that goes away cancels the upstream exchange.
+//   anything else: read whole, sent with Content-Length (4xx count as client_error).
+// With a ResponseTransform (Anthropic clients) bodies and events are re-shaped;
+// without one the worker's bytes pass through untouched.
+//
+// Sets ctx.outcome and ctx.status. Thread-safety: runs on the request's loop.
+#pragma once
+
+#include <string>
+
+#include "http/server.h"
+#include "router/request_context.h"
+#include "router/response_transform.h"
+#include "router/upstream.h"
+
+namespace infera::router {
+
+class Relay {
+ public:
+  // `transform` may be null (pass-through).
+  static http::Awaitable<void> Run(RequestContext& ctx, UpstreamResponse& response,
+                                   const std::string& worker_id, ResponseTransform* transform,
+                                   http::ResponseWriter& w);
+
+ private:
+  static http::Awaitable<void> Whole(RequestContext& ctx, UpstreamResponse& response,
+                                     const std::string& worker_id, ResponseTransform* transform,
+                                     http::Headers out, http::ResponseWriter& w);
+  static http::Awaitable<void> Stream(RequestContext& ctx, UpstreamResponse& response,
+                                      const std::string& worker_id, ResponseTransform* transform,
+                                      http::Headers out, http::ResponseWriter& w);
+};
+
+}  // namespace infera::router

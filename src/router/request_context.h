@@ -1,0 +1,73 @@
+// RequestContext: one client request as it walks the pipeline (doc/router-pipeline.md).
+//
+// ApiFront creates it, RequestPipeline fills the parsed request, the upstream body and
+// the tokens, a Dispatcher sends it and a Relay answers the client; each stage
+// writes only its own fields. `outcome` and `status` are what the request ended as
+// (metrics: infera_request_duration_seconds{outcome}, infera_router_requests_total).
+//
+// Thread-safety: none; a request lives on one event loop.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+#include "http/client.h"
+#include "router/api_request.h"
+#include "router/response_transform.h"
+
+namespace infera::router {
+
+// How a request ended (the `outcome` label).
+enum class Outcome : uint8_t {
+  kSuccess,
+  kClientError,    // 4xx: bad input, unknown model, or a worker's 4xx relayed
+  kCancelled,      // the client went away (status 499)
+  kTimeout,        // the deadline passed (504, or in-band after the first byte)
+  kUpstreamError,  // the worker failed (502, or in-band after the first byte)
+  kNoWorker,       // nothing could serve it (503)
+};
+inline constexpr size_t kOutcomeCount = 6;
+
+// "success", "client_error", "cancelled", "timeout", "upstream_error", "no_worker".
+const char* OutcomeName(Outcome outcome);
+
+struct RequestContext {
+  std::string request_id;  // the client's X-Infera-Request-Id, or a generated one
+  ApiKind kind = ApiKind::kChat;
+  ApiRequest api;  // the parsed body
+
+  // What the worker receives before per-leg rewrites (data_parallel_rank, PD fields).
+  std::string upstream_path;  // "/v1/chat/completions" or "/v1/completions"
+  std::string upstream_body;
+  std::string authorization;  // the client's Authorization header, forwarded
+  // Re-shapes the answer for the client's API; null: the worker's bytes as they are.
+  std::unique_ptr<ResponseTransform> transform;
+
+  // The prompt's token ids: the client's, or rendered and tokenized; nullopt: the
+  // bytes/4 estimate in api.estimated_tokens sizes it.
+  std::optional<std::vector<core::TokenId>> tokens;
+
+  // Times on the router's injected clock.
+  int64_t start_ns = 0;
+  int64_t deadline_ns = 0;  // start + --request-timeout-ms
+  double parse_s = 0;       // stage durations, observed at the first pick
+  double tokenize_s = 0;
+
+  // Cancels the upstream exchange when the client disconnects.
+  std::shared_ptr<http::Cancellation> cancel;
+
+  Outcome outcome = Outcome::kSuccess;
+  int status = 200;  // the status the client got (499: it went away)
+
+  // Sets how the request ended.
+  void End(Outcome o, int s) {
+    outcome = o;
+    status = s;
+  }
+};
+
+}  // namespace infera::router

@@ -1,0 +1,44 @@
+// RequestPipeline: one inference request from parse to stats (doc/router-pipeline.md).
+//
+//   ParseApiRequest (400 on bad input) -> the upstream body (Anthropic: translated to
+//   chat; its answer gets an AnthropicTransform) -> PromptEncoder (tokens) ->
+//   Dispatcher (plan, send, fail over, relay, release) -> metrics.
+// The request never goes back a stage. The simdjson parse of the body is used by the
+// encoder before the first suspension point (it lives in the thread's parser).
+//
+// Thread-safety: Serve runs on the connection's loop; one pipeline serves all loops.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/clock.h"
+#include "http/server.h"
+#include "router/api_request.h"
+#include "router/dispatcher.h"
+#include "router/prompt_encoder.h"
+#include "router/router_metrics.h"
+
+namespace infera::router {
+
+class RequestPipeline {
+ public:
+  // REQUIRES: every reference outlives the pipeline.
+  RequestPipeline(int64_t request_timeout_ms, const PromptEncoder& encoder, Dispatcher& dispatcher,
+                  const core::Clock& clock, RouterMetrics& metrics);
+
+  // Answers one POST of `kind`. `req.body` is consumed.
+  http::Awaitable<void> Serve(ApiKind kind, http::Request& req, http::ResponseWriter& w,
+                              std::string request_id);
+
+ private:
+  double SecondsSince(int64_t start_ns) const { return (clock_.NowNs() - start_ns) * 1e-9; }
+
+  const int64_t request_timeout_ms_;
+  const PromptEncoder& encoder_;
+  Dispatcher& dispatcher_;
+  const core::Clock& clock_;
+  RouterMetrics& metrics_;
+};
+
+}  // namespace infera::router

@@ -1,0 +1,106 @@
+#include "router/router_metrics.h"
+
+#include <vector>
+
+namespace infera::router {
+namespace {
+
+// `endpoint="...",status="..."`, cached for the statuses the router answers with.
+const std::string& RequestLabels(ApiKind kind, int status) {
+  static constexpr int kStatuses[] = {200, 400, 404, 405, 413, 499, 500, 502, 503, 504};
+  static const auto* table = [] {
+    auto* t = new std::vector<std::string>;
+    for (ApiKind k : {ApiKind::kChat, ApiKind::kCompletions, ApiKind::kMessages}) {
+      for (int st : kStatuses) {
+        t->push_back(MetricLabel("endpoint", ApiKindName(k)) + "," +
+                     MetricLabel("status", std::to_string(st)));
+      }
+    }
+    return t;
+  }();
+  constexpr size_t kCount = std::size(kStatuses);
+  for (size_t i = 0; i < kCount; ++i) {
+    if (kStatuses[i] == status) return (*table)[static_cast<size_t>(kind) * kCount + i];
+  }
+  thread_local std::string other;
+  other = MetricLabel("endpoint", ApiKindName(kind)) + "," +
+          MetricLabel("status", std::to_string(status));
+  return other;
+}
+
+}  // namespace
+
+std::string MetricLabel(std::string_view name, std::string_view value) {
+  return std::string(name) + "=\"" + EscapeLabel(value) + "\"";
+}
+
+const std::string& RoleLabel(core::Role role) {
+  static const std::string labels[3] = {MetricLabel("role", core::RoleName(core::Role(0))),
+                                        MetricLabel("role", core::RoleName(core::Role(1))),
+                                        MetricLabel("role", core::RoleName(core::Role(2)))};
+  return labels[static_cast<size_t>(role) % 3];
+}
+
+RouterMetrics::RouterMetrics(core::Policy policy)
+    : policy_label_(MetricLabel("router", core::PolicyName(policy))) {
+  for (size_t i = 0; i < kOutcomeCount; ++i) {
+    duration_by_outcome_[i] = request_duration_.Series(
+        policy_label_ + "," + MetricLabel("outcome", OutcomeName(static_cast<Outcome>(i))));
+  }
+  stage_parse_ = overhead_.Series(MetricLabel("stage", "parse"));
+  stage_render_tokenize_ = overhead_.Series(MetricLabel("stage", "render_tokenize"));
+  stage_hash_match_ = overhead_.Series(MetricLabel("stage", "hash_match"));
+  stage_total_ = overhead_.Series(MetricLabel("stage", "total"));
+  for (int role = 0; role < 3; ++role) {
+    pick_cache_hits_by_role_[role] = pick_cache_hits_.Series(RoleLabel(core::Role(role)));
+    pick_request_blocks_by_role_[role] = pick_request_blocks_.Series(RoleLabel(core::Role(role)));
+  }
+}
+
+void RouterMetrics::RequestEnded(ApiKind kind, int status, Outcome outcome, double seconds) {
+  inflight_.fetch_sub(1, std::memory_order_relaxed);
+  requests_total_.Add(RequestLabels(kind, status));
+  duration_by_outcome_[static_cast<size_t>(outcome) % kOutcomeCount]->Observe(seconds);
+}
+
+void RouterMetrics::ObserveStages(double parse_s, double tokenize_s, double hash_match_s,
+                                  double total_s) {
+  stage_parse_->Observe(parse_s);
+  stage_render_tokenize_->Observe(tokenize_s);
+  stage_hash_match_->Observe(hash_match_s);
+  stage_total_->Observe(total_s);
+}
+
+void RouterMetrics::ObservePick(core::Role role, uint32_t cache_hits, uint32_t request_blocks) {
+  const size_t r = static_cast<size_t>(role) % 3;
+  pick_cache_hits_by_role_[r]->Observe(cache_hits);
+  pick_request_blocks_by_role_[r]->Observe(request_blocks);
+}
+
+std::atomic<uint64_t>* RouterMetrics::PickCounter(core::Role role, const std::string& target_name) {
+  return picks_total_.Series(RoleLabel(role) + "," + MetricLabel("worker_id", target_name));
+}
+
+void RouterMetrics::CountFailover(const std::string& worker_id) {
+  failovers_total_.Add(MetricLabel("worker_id", worker_id));
+}
+
+void RouterMetrics::CountUpstreamError(const std::string& worker_id, const char* kind) {
+  upstream_errors_total_.Add(MetricLabel("worker_id", worker_id) + "," + MetricLabel("kind", kind));
+}
+
+void RouterMetrics::Render(std::string& out) const {
+  requests_total_.Render(out);
+  picks_total_.Render(out);
+  failovers_total_.Render(out);
+  upstream_errors_total_.Render(out);
+  pick_cache_hits_.Render(out);
+  pick_request_blocks_.Render(out);
+  request_duration_.Render(out);
+  overhead_.Render(out);
+  RenderHeader(out, "infera_request_inflight", "gauge", "Requests being served.");
+  out += "infera_request_inflight{" + policy_label_ + "} " +
+         std::to_string(inflight_.load(std::memory_order_relaxed)) + "\n";
+}
+
+}  // namespace infera::router

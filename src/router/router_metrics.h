@@ -1,0 +1,88 @@
+// RouterMetrics: the request-path series of the router (doc/router.md "Metrics").
+//
+// The series every request touches are looked up once, at construction, so the hot
+// path records into atomics without a map lookup or a mutex. Fleet gauges (workers,
+// active blocks, breakers, cache views) are rendered by AdminViews from the fleet.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/selector.h"
+#include "router/api_request.h"
+#include "router/metrics.h"
+#include "router/request_context.h"
+
+namespace infera::router {
+
+// `name="value"` with the value escaped.
+std::string MetricLabel(std::string_view name, std::string_view value);
+// `role="mixed"` etc.
+const std::string& RoleLabel(core::Role role);
+
+class RouterMetrics {
+ public:
+  explicit RouterMetrics(core::Policy policy);
+  RouterMetrics(const RouterMetrics&) = delete;
+  RouterMetrics& operator=(const RouterMetrics&) = delete;
+
+  void RequestStarted() { inflight_.fetch_add(1, std::memory_order_relaxed); }
+  // One answered request: infera_router_requests_total, the duration histogram and
+  // the in-flight gauge.
+  void RequestEnded(ApiKind kind, int status, Outcome outcome, double seconds);
+
+  // The routing-overhead stages of a request's first pick (seconds).
+  void ObserveStages(double parse_s, double tokenize_s, double hash_match_s, double total_s);
+  void ObservePick(core::Role role, uint32_t cache_hits, uint32_t request_blocks);
+  // The picks counter of one target (`role`, `worker_id` = TargetKey::ToString()).
+  std::atomic<uint64_t>* PickCounter(core::Role role, const std::string& target_name);
+  void CountFailover(const std::string& worker_id);
+  // kind: "unreachable", "status_5xx", "timeout".
+  void CountUpstreamError(const std::string& worker_id, const char* kind);
+
+  // The families above and infera_request_inflight, in exposition format.
+  void Render(std::string& out) const;
+
+ private:
+  const std::string policy_label_;  // router="<policy>"
+  std::atomic<int64_t> inflight_{0};
+
+  CounterFamily requests_total_{"infera_router_requests_total",
+                                "Requests answered, by endpoint and HTTP status."};
+  CounterFamily picks_total_{"infera_router_picks_total", "Picks, by role and worker."};
+  CounterFamily failovers_total_{"infera_router_failovers_total",
+                                 "Retries on another worker before the first byte."};
+  CounterFamily upstream_errors_total_{"infera_router_upstream_errors_total",
+                                       "Upstream failures, by worker and kind."};
+  HistogramFamily pick_cache_hits_{"infera_router_pick_cache_hits",
+                                   "Cache-hit blocks of the picked target.",
+                                   {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}};
+  HistogramFamily pick_request_blocks_{"infera_router_pick_request_blocks",
+                                       "Prompt blocks of picked requests.",
+                                       {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}};
+  HistogramFamily request_duration_{
+      "infera_request_duration_seconds",
+      "Request duration, by router policy and outcome.",
+      {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
+  HistogramFamily overhead_{
+      "infera_router_routing_overhead_seconds",
+      "Router time before proxying, by stage (parse, render_tokenize, "
+      "hash_match, total).",
+      {1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2, 0.1}};
+
+  // Series looked up once.
+  std::array<Histogram*, kOutcomeCount> duration_by_outcome_{};
+  Histogram* stage_parse_ = nullptr;
+  Histogram* stage_render_tokenize_ = nullptr;
+  Histogram* stage_hash_match_ = nullptr;
+  Histogram* stage_total_ = nullptr;
+  std::array<Histogram*, 3> pick_cache_hits_by_role_{};
+  std::array<Histogram*, 3> pick_request_blocks_by_role_{};
+};
+
+}  // namespace infera::router

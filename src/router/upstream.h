@@ -1,0 +1,60 @@
+// Upstream: how the router talks to a worker (one HTTP exchange per leg).
+//
+// Send() writes the request and completes when the answer's head arrived; the body
+// is then read piece by piece (a streaming relay) or whole. HttpUpstream is the real
+// one (src/http's keep-alive client, one pool per event loop); tests use a fake that
+// scripts answers and failures (router_pipeline_test.cc). A new request transport
+// (--request-transport) is one more implementation.
+//
+// Errors, as http::Client reports them: cannot connect / connection lost ->
+// Unavailable; deadline passed -> DeadlineExceeded; cancelled -> Cancelled;
+// malformed answer -> DataLoss.
+//
+// Thread-safety: an Upstream is shared by all loops; a response is used on the loop
+// that sent its request.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "http/asio.h"
+#include "http/client.h"
+#include "http/headers.h"
+#include "http/url.h"
+
+namespace infera::router {
+
+struct UpstreamRequest {
+  http::Endpoint endpoint;
+  std::string method = "POST";
+  std::string path;  // appended to the endpoint's base path
+  http::Headers headers;
+  std::string body;
+  int64_t deadline_ns = 0;  // on the router's clock
+  std::shared_ptr<http::Cancellation> cancel;
+};
+
+class UpstreamResponse {
+ public:
+  virtual ~UpstreamResponse() = default;
+  virtual int status() const = 0;
+  virtual const http::Headers& headers() const = 0;
+  // The next piece of the body as it arrived; nullopt after its end.
+  virtual http::Awaitable<absl::StatusOr<std::optional<std::string>>> Read() = 0;
+  // The rest of the body; more than max_bytes -> ResourceExhausted.
+  virtual http::Awaitable<absl::StatusOr<std::string>> ReadAll(uint64_t max_bytes) = 0;
+  // Aborts the exchange (the worker sees its connection close). Idempotent.
+  virtual void Cancel() = 0;
+};
+
+class Upstream {
+ public:
+  virtual ~Upstream() = default;
+  virtual http::Awaitable<absl::StatusOr<std::unique_ptr<UpstreamResponse>>> Send(
+      UpstreamRequest request) = 0;
+};
+
+}  // namespace infera::router

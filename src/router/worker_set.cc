@@ -1,0 +1,92 @@
+#include "router/worker_set.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "router/pick_planner.h"
+#include "router/router_metrics.h"
+#include "spdlog/spdlog.h"
+
+namespace infera::router {
+
+WorkerSet::WorkerSet(WorkerSetOptions options, events::KvEventSource& events, PickPlanner& planner,
+                     RouterMetrics& metrics)
+    : options_(std::move(options)),
+      events_(events),
+      planner_(planner),
+      metrics_(metrics),
+      snapshot_(std::make_shared<const Fleet>()) {}
+
+std::string WorkerSet::OffsetPort(const std::string& endpoint, uint32_t offset) {
+  if (offset == 0 || endpoint.empty()) return endpoint;
+  size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos) return endpoint;
+  int port = std::atoi(endpoint.c_str() + colon + 1);
+  if (port <= 0) return endpoint;
+  return endpoint.substr(0, colon + 1) + std::to_string(port + static_cast<int>(offset));
+}
+
+void WorkerSet::Add(const discovery::WorkerRecord& record) {
+  auto ep = http::ParseHttpUrl(record.url);
+  if (!ep.ok()) {
+    spdlog::error("worker {}: unusable url: {}", record.worker_id, ep.status().ToString());
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  for (const auto& w : workers_) {
+    if (w->record.worker_id == record.worker_id) return;  // Update handles changes
+  }
+  auto w = std::make_shared<FleetWorker>(record, *ep, options_.breaker_failures,
+                                         options_.breaker_cooldown_ms);
+  for (uint32_t r = 0; r < std::max<uint32_t>(1, record.dp_size); ++r) {
+    events::IngestTarget t;
+    t.key = {record.worker_id, record.dp_rank + r};
+    if (options_.kv_events) {
+      t.events_endpoint = OffsetPort(record.kv_events_endpoint, record.dp_rank + r);
+      t.replay_endpoint = OffsetPort(record.kv_replay_endpoint, record.dp_rank + r);
+    }
+    t.block_size = record.kv_block_size == 0 ? 16 : record.kv_block_size;
+    t.topic = options_.kv_events_topic;
+    w->targets.push_back(events_.AddTarget(t));
+    for (int role = 0; role < 3; ++role) {
+      w->picks[role].push_back(metrics_.PickCounter(core::Role(role), t.key.ToString()));
+    }
+  }
+  spdlog::info("worker added: {} url={} model={} mode={} ranks={}", record.worker_id, record.url,
+               record.model_name, core::RoleName(static_cast<core::Role>(record.disagg_mode)),
+               w->targets.size());
+  workers_.push_back(std::move(w));
+  Publish();
+}
+
+void WorkerSet::Remove(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i]->record.worker_id != worker_id) continue;
+    std::shared_ptr<const FleetWorker> gone = workers_[i];
+    workers_.erase(workers_.begin() + static_cast<ptrdiff_t>(i));
+    Publish();
+    planner_.Retire(*gone, events_);
+    spdlog::info("worker removed: {}", worker_id);
+    return;
+  }
+}
+
+void WorkerSet::Update(const discovery::WorkerRecord& record) {
+  Remove(record.worker_id);
+  Add(record);
+}
+
+discovery::DiscoveryCallbacks WorkerSet::Callbacks() {
+  discovery::DiscoveryCallbacks cb;
+  cb.on_added = [this](const discovery::WorkerRecord& r) { Add(r); };
+  cb.on_updated = [this](const discovery::WorkerRecord& r) { Update(r); };
+  cb.on_removed = [this](const std::string& id) { Remove(id); };
+  return cb;
+}
+
+void WorkerSet::Publish() {
+  snapshot_.store(std::make_shared<const Fleet>(workers_), std::memory_order_release);
+}
+
+}  // namespace infera::router

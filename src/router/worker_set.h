@@ -1,0 +1,73 @@
+// WorkerSet: the workers discovery reported, as an immutable Fleet snapshot.
+//
+// Add/Update/Remove come from discovery callbacks (any thread). Each worker record
+// is expanded into one routing target per DP rank (dp_rank .. dp_rank + dp_size - 1);
+// each target is registered with the KV event source, whose stream for rank r is on
+// the record's events port + r. A removed worker's targets leave the index and the
+// planner's load state (PickPlanner::Retire) before its index ids can be reused.
+//
+// Snapshot() is what the hot path reads: one atomic shared_ptr load, no lock.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "discovery/discovery.h"
+#include "discovery/worker_record.h"
+#include "events/kv_event_source.h"
+#include "router/fleet.h"
+
+namespace infera::router {
+
+class PickPlanner;
+class RouterMetrics;
+
+struct WorkerSetOptions {
+  bool kv_events = true;        // follow each target's KV events (false: index only)
+  std::string kv_events_topic;  // subscription prefix
+  uint32_t breaker_failures = 5;
+  int64_t breaker_cooldown_ms = 10'000;
+};
+
+class WorkerSet {
+ public:
+  // REQUIRES: every argument outlives the WorkerSet.
+  WorkerSet(WorkerSetOptions options, events::KvEventSource& events, PickPlanner& planner,
+            RouterMetrics& metrics);
+  WorkerSet(const WorkerSet&) = delete;
+  WorkerSet& operator=(const WorkerSet&) = delete;
+
+  // A known worker_id is left alone (Update handles changes); an unusable url is logged.
+  void Add(const discovery::WorkerRecord& record) ABSL_LOCKS_EXCLUDED(mu_);
+  void Update(const discovery::WorkerRecord& record) ABSL_LOCKS_EXCLUDED(mu_);
+  void Remove(const std::string& worker_id) ABSL_LOCKS_EXCLUDED(mu_);
+  discovery::DiscoveryCallbacks Callbacks();
+
+  // The current fleet; never null.
+  std::shared_ptr<const Fleet> Snapshot() const {
+    return snapshot_.load(std::memory_order_acquire);
+  }
+
+  // "tcp://host:5557" with the port moved by `offset` (DP rank r publishes on P + r).
+  static std::string OffsetPort(const std::string& endpoint, uint32_t offset);
+
+ private:
+  void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const WorkerSetOptions options_;
+  events::KvEventSource& events_;
+  PickPlanner& planner_;
+  RouterMetrics& metrics_;
+
+  absl::Mutex mu_;  // serialises changes; never held by a request
+  Fleet workers_ ABSL_GUARDED_BY(mu_);
+  std::atomic<std::shared_ptr<const Fleet>> snapshot_;
+};
+
+}  // namespace infera::router
