@@ -135,6 +135,25 @@ def test_messages_type_errors(router_base):
           f"max_tokens 2^64 says what is wrong: {text}")
 
 
+def test_bad_bytes(router_base):
+    """A request id header with byte 0xff and a raw 0xff in the path: 400 / 404 in the
+    API's shape (before: 500 'handler produced no response', gauge left up); the
+    OpenAI error `code` is a string or null, never the status."""
+    port = port_of(router_base)
+    body = b'{"model":"mock-model","messages":[{"role":"user","content":"x"}],"max_tokens":2}'
+    out = raw(port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                    b"Content-Type: application/json\r\nX-Infera-Request-Id: id-\xff\r\n"
+                    b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    check(out.startswith(b"HTTP/1.1 400") and b"X-Infera-Request-Id must be" in out,
+          f"request id with 0xff: 400 ({out[:200]!r})")
+    out = raw(port, b"GET /\xff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    check(out.startswith(b"HTTP/1.1 404"), f"raw 0xff path: 404 ({out[:200]!r})")
+    err = json.loads(out.split(b"\r\n\r\n", 1)[1])["error"]
+    check(err["code"] is None or isinstance(err["code"], str),
+          f"OpenAI error code is a string or null: {err}")
+    check(metric(router_base, "infera_request_inflight") == 0, "gauge 0 after bad bytes")
+
+
 def start_limited_router(procs, name, worker, soft, hard):
     """infera-router with RLIMIT_NOFILE (soft, hard); returns (Proc, port)."""
     def preexec():
@@ -245,6 +264,7 @@ def main():
             ("pipelined", lambda: test_pipelined_disconnect_cancels_upstream(router_base,
                                                                               engine_bases)),
             ("messages", lambda: test_messages_type_errors(router_base)),
+            ("bytes", lambda: test_bad_bytes(router_base)),
             ("cap", lambda: test_connection_cap(procs, workers)),
             ("depth", lambda: test_engine_depth_limit(procs, engine_bases[0])),
         ]
