@@ -14,8 +14,8 @@ build: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD)
 
-# Everything: release build + all tests (unit, integration, bounded fuzzing), then
-# the unit tests again under ASan+UBSan.
+# Everything: release build + all tests (unit, integration, bounded fuzzing), the
+# unit tests and an integration smoke + the demo under ASan+UBSan, then `make demo`.
 test: deps
 	@scripts/test
 

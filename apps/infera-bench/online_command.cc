@@ -38,10 +38,18 @@ class Replay {
     start_ = Clock::now() + std::chrono::milliseconds(100);
     std::future<void> done = done_.get_future();
     for (size_t i = 0; i < workload_.requests.size(); ++i) {
-      asio::co_spawn(pool.executor(0), One(i), asio::detached);
+      asio::co_spawn(pool.executor(0), Counted(i), asio::detached);
     }
     done.wait();
-    asio::post(pool.executor(0), [this] { client_.reset(); });
+    // Every request coroutine has finished (its frame is gone) when `done` is set; the
+    // client dies on its loop, and this waits for that, so nothing posted to the loop
+    // refers to this Replay after Run() returns.
+    std::promise<void> reset;
+    asio::post(pool.executor(0), [this, &reset] {
+      client_.reset();
+      reset.set_value();
+    });
+    reset.get_future().wait();
     return std::move(records_);
   }
 
@@ -59,6 +67,13 @@ class Replay {
         {"model", flags_.model}, {"prompt", tokens}, {"max_tokens", w.output_tokens},
         {"ignore_eos", true},    {"stream", true},   {"stream_options", {{"include_usage", true}}}};
     return body.dump();
+  }
+
+  // One(i), then the count: the last finished request sets `done_` only after its
+  // coroutine (and the ClientStream it held) was destroyed.
+  asio::awaitable<void> Counted(size_t i) {
+    co_await One(i);
+    if (--remaining_ == 0) done_.set_value();
   }
 
   asio::awaitable<void> One(size_t i) {
@@ -86,7 +101,6 @@ class Replay {
       co_await ReadStream(**stream, rec);
     }
     bar_.Add(1);
-    if (--remaining_ == 0) done_.set_value();
   }
 
   asio::awaitable<void> ReadStream(http::ClientStream& stream, RequestRecord& rec) {

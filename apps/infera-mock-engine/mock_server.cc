@@ -25,6 +25,52 @@ json ErrorJson(int status, const std::string& message) {
 
 json StatusOk() { return {{"status", "ok"}}; }
 
+// Deepest array/object nesting accepted in a request body (as the router's parser):
+// deeper bodies are refused before parsing, since walking them recurses per level.
+constexpr size_t kMaxJsonDepth = 1024;
+
+// Whether the JSON text nests arrays/objects deeper than `limit` (strings skipped;
+// the text need not be valid JSON).
+bool NestsDeeperThan(std::string_view text, size_t limit) {
+  size_t depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return false;
+}
+
+// The request body as a JSON object, or the 400 message that says why not.
+absl::StatusOr<json> ParseBody(const std::string& body) {
+  if (NestsDeeperThan(body, kMaxJsonDepth)) {
+    return absl::InvalidArgumentError("request body nests deeper than " +
+                                      std::to_string(kMaxJsonDepth) + " levels");
+  }
+  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    return absl::InvalidArgumentError("body must be a JSON object");
+  }
+  return parsed;
+}
+
+// The 400 text for a field of the wrong type: the library's exception text names
+// its own internals ("[json.exception.type_error.302] ..."), not the request.
+constexpr const char* kWrongTypeMessage =
+    "a request field has the wrong type (see the OpenAI API reference for each field's type)";
+
 json ModelsJson(const std::string& model, size_t max_model_len) {
   return {{"object", "list"},
           {"data", json::array({{{"id", model},
@@ -51,7 +97,8 @@ json FinalResponse(const std::string& id, const char* object, int64_t created,
 }
 
 http::Awaitable<void> SendJson(http::ResponseWriter& w, int status, const json& body) {
-  co_await w.Send(status, JsonHeaders(), body.dump());
+  co_await w.Send(status, JsonHeaders(),
+                  body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 http::Awaitable<void> SendError(http::ResponseWriter& w, int status, const std::string& msg) {
@@ -143,11 +190,12 @@ http::Awaitable<void> MockServer::Handle(http::Request& req, http::ResponseWrite
 }
 
 http::Awaitable<void> MockServer::Tokenize(http::Request& req, http::ResponseWriter& w) {
-  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) {
-    co_await SendError(w, 400, "body must be a JSON object");
+  absl::StatusOr<json> parsed = ParseBody(req.body);
+  if (!parsed.ok()) {
+    co_await SendError(w, 400, std::string(parsed.status().message()));
     co_return;
   }
+  const json& body = *parsed;
   absl::StatusOr<std::vector<core::TokenId>> ids =
       absl::InvalidArgumentError("give 'prompt' (a string) or 'messages' (an array)");
   try {
@@ -158,8 +206,8 @@ http::Awaitable<void> MockServer::Tokenize(http::Request& req, http::ResponseWri
       const bool add = special == body.end() || !special->is_boolean() || special->get<bool>();
       ids = tokenizer_.EncodeText(p->get<std::string>(), add);
     }
-  } catch (const json::exception& e) {
-    ids = absl::InvalidArgumentError(e.what());
+  } catch (const json::exception&) {
+    ids = absl::InvalidArgumentError(kWrongTypeMessage);
   }
   if (!ids.ok()) {
     co_await SendError(w, 400, std::string(ids.status().message()));
@@ -173,11 +221,12 @@ http::Awaitable<void> MockServer::Tokenize(http::Request& req, http::ResponseWri
 }
 
 http::Awaitable<void> MockServer::Generate(http::Request& req, http::ResponseWriter& w, bool chat) {
-  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) {
-    co_await SendError(w, 400, "body must be a JSON object");
+  absl::StatusOr<json> parsed = ParseBody(req.body);
+  if (!parsed.ok()) {
+    co_await SendError(w, 400, std::string(parsed.status().message()));
     co_return;
   }
+  const json& body = *parsed;
   absl::StatusOr<std::vector<core::TokenId>> prompt = absl::InvalidArgumentError("no prompt");
   size_t max_tokens = 16;
   bool stream = false, include_usage = false;
@@ -212,8 +261,8 @@ http::Awaitable<void> MockServer::Generate(http::Request& req, http::ResponseWri
                r != body.end() && r->is_number_unsigned()) {
       rank = r->get<uint32_t>();
     }
-  } catch (const json::exception& e) {
-    prompt = absl::InvalidArgumentError(e.what());
+  } catch (const json::exception&) {
+    prompt = absl::InvalidArgumentError(kWrongTypeMessage);
   }
   if (!prompt.ok()) {
     co_await SendError(w, 400, std::string(prompt.status().message()));

@@ -662,5 +662,32 @@ TEST(KvIndexTest, WideSharedPrefixThenDivergingContinuations) {
   EXPECT_EQ(out[201].device_hits, 128u);
 }
 
+// Memory per block of one worker stays what doc/index.md "Memory" derives: per block
+// stored through events, one 17-byte slot in the global table and one in the target's
+// engine map, each table between 7/16 and 7/8 full: at most 2 * 17 / (7/16) ~ 78 B.
+// (The issue measured ~85 B of RSS per block at 4M blocks; heap bytes are the
+// deterministic part of that.) No bound per worker yet: that comes with scale-out.
+TEST(KvIndexTest, HeapPerBlockOfOneWorkerStaysWithinTheDocumentedBound) {
+  if (HeapInUse() == 0) GTEST_SKIP() << "mallinfo2 reads 0 under sanitizers' allocators";
+  KvIndex index;
+  const TargetId t = index.AddTarget({"one", 0}, 16);
+  const size_t before = HeapInUse();
+  Random rng(99);
+  std::vector<BlockHash> engine(64);
+  std::vector<TokenId> tokens(64 * 16);
+  constexpr int kBatches = 12'000;  // 768,000 blocks
+  for (int batch = 0; batch < kBatches; ++batch) {
+    for (auto& e : engine) e = rng.Next();
+    for (auto& tok : tokens) tok = static_cast<TokenId>(rng.Next());
+    ASSERT_EQ(index.ApplyStored(t, std::nullopt, engine, tokens, Tier::kDevice), StoreOutcome::kOk);
+  }
+  ASSERT_EQ(index.BlockCount(t), size_t{kBatches} * 64);
+  ASSERT_EQ(index.MappedEngineHashCount(t), size_t{kBatches} * 64);
+  const double per_block =
+      static_cast<double>(HeapInUse() - before) / static_cast<double>(index.BlockCount(t));
+  RecordProperty("heap_bytes_per_block", std::to_string(per_block));
+  EXPECT_LE(per_block, 2 * 17 / (7.0 / 16) + 2) << per_block << " B per block";
+}
+
 }  // namespace
 }  // namespace infera::core

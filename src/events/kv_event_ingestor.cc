@@ -58,6 +58,22 @@ struct KvEventIngestor::Conn {
   bool disconnected = false;  // a disconnect was seen since the last message
   bool block_size_mismatch = false;
 
+  // Replay (ingestion thread only). `held` keeps the live messages that arrived
+  // since the gap; the first is the one that revealed it.
+  struct Held {
+    uint64_t seq;
+    std::string payload;
+  };
+  std::unique_ptr<zmq::socket_t> replay;  // the replay in flight
+  std::chrono::steady_clock::time_point replay_deadline{};
+  bool replay_waiting = false;  // asked for, waiting for a slot
+  uint64_t replay_from = 0;
+  std::deque<Held> held;
+  int replay_failures_in_row = 0;
+  std::chrono::steady_clock::time_point replay_retry_after{};
+
+  bool replaying() const { return replay != nullptr || replay_waiting; }
+
   // Snapshot for TargetStatuses().
   std::atomic<uint64_t> status_last_seq_plus1{0};
   std::atomic<bool> status_complete{false};
@@ -162,20 +178,29 @@ void KvEventIngestor::Run() {
 void KvEventIngestor::RunLoop() {
   std::vector<std::shared_ptr<Conn>> conns;
   std::vector<zmq::pollitem_t> items;
-  std::vector<Conn*> item_conns;
+  enum class Kind : uint8_t { kMonitor, kSub, kReplay };
+  std::vector<std::pair<Conn*, Kind>> item_conns;
   while (!stop_.load()) {
     DrainCommands(conns);
     items.clear();
     item_conns.clear();
+    auto timeout = std::chrono::milliseconds(options_.poll_interval_ms);
+    const auto now = std::chrono::steady_clock::now();
     for (const auto& c : conns) {
+      if (c->replay) {
+        items.push_back({c->replay->handle(), 0, ZMQ_POLLIN, 0});
+        item_conns.emplace_back(c.get(), Kind::kReplay);
+        timeout = std::min(timeout, std::max(std::chrono::milliseconds(0),
+                                             std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 c->replay_deadline - now)));
+      }
       if (!c->sub) continue;
       // The monitor first: a disconnect must be known before the messages after it.
       items.push_back({c->monitor->handle(), 0, ZMQ_POLLIN, 0});
-      item_conns.push_back(c.get());
+      item_conns.emplace_back(c.get(), Kind::kMonitor);
       items.push_back({c->sub->handle(), 0, ZMQ_POLLIN, 0});
-      item_conns.push_back(c.get());
+      item_conns.emplace_back(c.get(), Kind::kSub);
     }
-    const auto timeout = std::chrono::milliseconds(options_.poll_interval_ms);
     if (items.empty()) {
       std::this_thread::sleep_for(timeout);
       continue;
@@ -183,16 +208,30 @@ void KvEventIngestor::RunLoop() {
     zmq::poll(items, timeout);
     for (size_t i = 0; i < items.size(); ++i) {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
-      if (i % 2 == 0) {
-        ReadMonitor(*item_conns[i]);
-      } else {
-        ReadMessages(*item_conns[i]);
+      Conn& c = *item_conns[i].first;
+      switch (item_conns[i].second) {
+        case Kind::kMonitor:
+          ReadMonitor(c);
+          break;
+        case Kind::kSub:
+          ReadMessages(c);
+          break;
+        case Kind::kReplay:
+          if (c.replay) ReadReplay(c);
+          break;
       }
     }
+    // Replays past their deadline fail; their targets go on from the held messages.
+    const auto after = std::chrono::steady_clock::now();
+    for (const auto& c : conns) {
+      if (c->replay && after >= c->replay_deadline) FinishReplay(*c, /*ok=*/false);
+    }
+    StartWaitingReplays();
   }
   for (const auto& c : conns) {
     c->sub.reset();
     c->monitor.reset();
+    c->replay.reset();
   }
 }
 
@@ -210,8 +249,16 @@ void KvEventIngestor::DrainCommands(std::vector<std::shared_ptr<Conn>>& conns) {
     }
     for (auto it = conns.begin(); it != conns.end(); ++it) {
       if (*it == cmd.conn) {
-        (*it)->sub.reset();
-        (*it)->monitor.reset();
+        Conn& c = **it;
+        c.sub.reset();
+        c.monitor.reset();
+        if (c.replay) {
+          c.replay.reset();
+          --active_replays_;
+        }
+        c.replay_waiting = false;
+        c.held.clear();
+        std::erase(waiting_replays_, &c);
         conns.erase(it);
         break;
       }
@@ -272,6 +319,24 @@ void KvEventIngestor::ReadMessages(Conn& c) {
 
 void KvEventIngestor::HandleLive(Conn& c, uint64_t seq, const void* payload, size_t size) {
   counters_.messages.fetch_add(1, std::memory_order_relaxed);
+  if (c.replaying()) {
+    c.held.push_back({seq, std::string(static_cast<const char*>(payload), size)});
+    if (c.held.size() > options_.max_held_messages) {
+      spdlog::warn("kv events: {} replay abandoned: {} live messages arrived meanwhile",
+                   c.spec.key.ToString(), c.held.size());
+      FinishReplay(c, /*ok=*/false);
+    }
+    return;
+  }
+  Process(c, seq, payload, size);
+}
+
+bool KvEventIngestor::ReplayAllowed(const Conn& c) const {
+  return !c.spec.replay_endpoint.empty() &&
+         std::chrono::steady_clock::now() >= c.replay_retry_after;
+}
+
+void KvEventIngestor::Process(Conn& c, uint64_t seq, const void* payload, size_t size) {
   if (c.disconnected) {
     c.disconnected = false;
     if (c.seq.last() && !c.seq.IsNext(seq)) {
@@ -285,7 +350,6 @@ void KvEventIngestor::HandleLive(Conn& c, uint64_t seq, const void* payload, siz
       c.seq.Reset();
     }
   }
-  const bool can_replay = !c.spec.replay_endpoint.empty();
   switch (c.seq.Classify(seq)) {
     case SequenceTracker::Class::kNext:
       Apply(c, seq, payload, size);
@@ -302,12 +366,21 @@ void KvEventIngestor::HandleLive(Conn& c, uint64_t seq, const void* payload, siz
       Apply(c, seq, payload, size);
       break;
     case SequenceTracker::Class::kFirst:
-      if (can_replay && options_.initial_replay) Replay(c, 0);
+      if (options_.initial_replay && ReplayAllowed(c)) {
+        BeginReplay(c, 0, seq, payload, size);
+        return;
+      }
       CatchUp(c, seq, payload, size);
       break;
     case SequenceTracker::Class::kGap:
       counters_.gaps.fetch_add(1, std::memory_order_relaxed);
-      if (can_replay) Replay(c, *c.seq.last() + 1);
+      if (ReplayAllowed(c)) {
+        BeginReplay(c, *c.seq.last() + 1, seq, payload, size);
+        return;
+      }
+      if (!c.spec.replay_endpoint.empty()) {
+        counters_.replays_skipped.fetch_add(1, std::memory_order_relaxed);
+      }
       CatchUp(c, seq, payload, size);
       break;
   }
@@ -327,44 +400,115 @@ void KvEventIngestor::CatchUp(Conn& c, uint64_t seq, const void* payload, size_t
   Apply(c, seq, payload, size);
 }
 
-void KvEventIngestor::Replay(Conn& c, uint64_t from_seq) {
+void KvEventIngestor::BeginReplay(Conn& c, uint64_t from_seq, uint64_t seq, const void* payload,
+                                  size_t size) {
+  c.held.push_back({seq, std::string(static_cast<const char*>(payload), size)});
+  c.replay_from = from_seq;
+  if (active_replays_ < options_.max_concurrent_replays) {
+    StartReplay(c);
+    return;
+  }
+  c.replay_waiting = true;
+  waiting_replays_.push_back(&c);
+}
+
+void KvEventIngestor::StartReplay(Conn& c) {
+  c.replay_waiting = false;
   counters_.replays.fetch_add(1, std::memory_order_relaxed);
-  const auto deadline =
+  c.replay_deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.replay_timeout_ms);
   try {
-    zmq::socket_t dealer(*ctx_, zmq::socket_type::dealer);
-    dealer.set(zmq::sockopt::linger, 0);
-    dealer.connect(c.spec.replay_endpoint);
-    const std::string start = BE64(from_seq);
-    dealer.send(zmq::message_t(), zmq::send_flags::sndmore);
-    dealer.send(zmq::buffer(start), zmq::send_flags::none);
-    while (true) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) break;
-      zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, left);
-      if (!(item.revents & ZMQ_POLLIN)) break;
-      std::vector<zmq::message_t> frames = RecvMultipart(dealer);
-      if (frames.size() != 3 || frames[0].size() != 0 || frames[1].size() != 8) break;
-      const uint64_t seq = ReadBE64(frames[1]);
-      if (seq == kReplayEndMarker) return;
-      counters_.replayed_batches.fetch_add(1, std::memory_order_relaxed);
-      if (c.seq.AlreadyApplied(seq)) continue;
-      if (!c.seq.IsNext(seq)) {
-        // The engine's buffer no longer reaches back to what we miss.
-        if (c.seq.last()) {
-          Resync(c);
-        } else {
-          c.complete = false;
-        }
-      }
-      Apply(c, seq, frames[2].data(), frames[2].size());
-    }
+    auto dealer = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::dealer);
+    dealer->set(zmq::sockopt::linger, 0);
+    dealer->connect(c.spec.replay_endpoint);
+    c.replay = std::move(dealer);
+    ++active_replays_;
+    const std::string start = BE64(c.replay_from);
+    // connect() made the peer's queue: the request is queued, never blocks.
+    const bool sent =
+        c.replay->send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+        c.replay->send(zmq::buffer(start), zmq::send_flags::dontwait);
+    if (!sent) FinishReplay(c, /*ok=*/false);
   } catch (const zmq::error_t& e) {
     spdlog::warn("kv events: replay from {} failed: {}", c.spec.replay_endpoint, e.what());
+    FinishReplay(c, /*ok=*/false);
   }
-  counters_.replay_failures.fetch_add(1, std::memory_order_relaxed);
+}
+
+void KvEventIngestor::ReadReplay(Conn& c) {
+  for (int i = 0; i < options_.max_messages_per_wakeup && c.replay; ++i) {
+    std::vector<zmq::message_t> frames = RecvMultipart(*c.replay);
+    if (frames.empty()) return;
+    if (frames.size() != 3 || frames[0].size() != 0 || frames[1].size() != 8) {
+      FinishReplay(c, /*ok=*/false);
+      return;
+    }
+    const uint64_t seq = ReadBE64(frames[1]);
+    if (seq == kReplayEndMarker) {
+      FinishReplay(c, /*ok=*/true);
+      return;
+    }
+    counters_.replayed_batches.fetch_add(1, std::memory_order_relaxed);
+    if (c.seq.AlreadyApplied(seq)) continue;
+    if (!c.seq.IsNext(seq)) {
+      // The engine's buffer no longer reaches back to what we miss.
+      if (c.seq.last()) {
+        Resync(c);
+      } else {
+        c.complete = false;
+      }
+    }
+    Apply(c, seq, frames[2].data(), frames[2].size());
+  }
+}
+
+void KvEventIngestor::FinishReplay(Conn& c, bool ok) {
+  if (c.replay) {
+    c.replay.reset();
+    --active_replays_;
+  }
+  if (c.replay_waiting) {
+    c.replay_waiting = false;
+    std::erase(waiting_replays_, &c);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (ok) {
+    c.replay_failures_in_row = 0;
+  } else {
+    counters_.replay_failures.fetch_add(1, std::memory_order_relaxed);
+    c.replay_failures_in_row = std::min(c.replay_failures_in_row + 1, 30);
+    const int64_t backoff_ms = std::min<int64_t>(
+        options_.replay_backoff_max_ms,
+        int64_t{options_.replay_backoff_initial_ms} << std::min(c.replay_failures_in_row - 1, 20));
+    c.replay_retry_after = now + std::chrono::milliseconds(backoff_ms);
+    spdlog::warn("kv events: replay of {} from {} failed ({} in a row); no replay for {} ms",
+                 c.spec.key.ToString(), c.spec.replay_endpoint, c.replay_failures_in_row,
+                 backoff_ms);
+  }
+  std::deque<Conn::Held> held;
+  held.swap(c.held);
+  bool first = true;
+  while (!held.empty()) {
+    Conn::Held m = std::move(held.front());
+    held.pop_front();
+    if (c.replaying()) {
+      c.held.push_back(std::move(m));  // a new replay began: hold the rest again
+    } else if (first) {
+      CatchUp(c, m.seq, m.payload.data(), m.payload.size());
+    } else {
+      Process(c, m.seq, m.payload.data(), m.payload.size());
+    }
+    first = false;
+  }
+  PublishStatus(c);
+}
+
+void KvEventIngestor::StartWaitingReplays() {
+  while (active_replays_ < options_.max_concurrent_replays && !waiting_replays_.empty()) {
+    Conn* c = waiting_replays_.front();
+    waiting_replays_.pop_front();
+    if (c->replay_waiting) StartReplay(*c);
+  }
 }
 
 void KvEventIngestor::Apply(Conn& c, uint64_t seq, const void* payload, size_t size) {

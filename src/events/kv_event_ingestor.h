@@ -6,7 +6,13 @@
 // ZMQ's own reconnect with exponential backoff) read by one ingestion thread, which:
 //   - decodes each payload (a bad payload is counted and never partly applied),
 //   - tracks the publisher's sequence numbers; on a gap asks the engine's replay
-//     ROUTER over a DEALER for the missing batches (architecture §4),
+//     ROUTER over a DEALER for the missing batches (architecture §4). A replay runs
+//     asynchronously on the same thread: the target's live messages are held (in
+//     order) until it ends, while every other target's events keep being applied.
+//     At most max_concurrent_replays run at once (others wait their turn); after a
+//     failed replay the target replays again only after a backoff (doubling from
+//     replay_backoff_initial_ms up to replay_backoff_max_ms), and gaps in between
+//     resync it instead,
 //   - clears the target's view ("resync") when the gap cannot be closed (no replay
 //     socket, buffer too short, timeout, undecodable batch), the publisher restarted
 //     (sequence back to 0, or a reconnect after which the stream does not continue),
@@ -33,6 +39,7 @@
 //   infera_kv_events_replays_total           replay requests sent
 //   infera_kv_events_replayed_batches_total  batches received through replay
 //   infera_kv_events_replay_failures_total   replays that timed out or were malformed
+//   infera_kv_events_replays_skipped_total   gaps not replayed (the target's replay backs off)
 //   infera_kv_events_resyncs_total           views cleared to rebuild from new events
 //   infera_kv_events_restarts_total          publisher restarts detected
 //   infera_kv_events_decode_errors_total     undecodable payloads or malformed frames
@@ -74,7 +81,13 @@ class context_t;
 namespace infera::events {
 
 struct IngestorOptions {
-  int replay_timeout_ms = 2000;       // whole replay, request to end marker
+  int replay_timeout_ms = 2000;          // whole replay, request to end marker
+  int max_concurrent_replays = 4;        // replays in flight at once (others wait)
+  int replay_backoff_initial_ms = 1000;  // no replay this long after a failed one...
+  int replay_backoff_max_ms = 30'000;    // ...doubling per failure in a row up to this
+  // Live messages a target holds while its replay runs; past it the replay is
+  // abandoned (a failure) and the view rebuilt from the stream.
+  size_t max_held_messages = 10'000;
   int reconnect_ivl_ms = 100;         // ZMQ_RECONNECT_IVL
   int reconnect_ivl_max_ms = 5000;    // ZMQ_RECONNECT_IVL_MAX (exponential backoff cap)
   int poll_interval_ms = 20;          // how often the thread picks up added/removed targets
@@ -147,7 +160,16 @@ class KvEventIngestor final : public KvEventSource {
   void ReadMessages(Conn& c);
   void ReadMonitor(Conn& c);
   void HandleLive(Conn& c, uint64_t seq, const void* payload, size_t size);
-  void Replay(Conn& c, uint64_t from_seq);
+  void Process(Conn& c, uint64_t seq, const void* payload, size_t size);
+  // Holds the message that revealed the gap and asks for batches from `from_seq`
+  // (now, or when a replay slot frees up).
+  void BeginReplay(Conn& c, uint64_t from_seq, uint64_t seq, const void* payload, size_t size);
+  void StartReplay(Conn& c);
+  void ReadReplay(Conn& c);
+  // Ends the target's replay, then applies the messages held meanwhile.
+  void FinishReplay(Conn& c, bool ok);
+  void StartWaitingReplays();
+  bool ReplayAllowed(const Conn& c) const;
   void CatchUp(Conn& c, uint64_t seq, const void* payload, size_t size);
   void Apply(Conn& c, uint64_t seq, const void* payload, size_t size);
   void Resync(Conn& c);
@@ -164,6 +186,10 @@ class KvEventIngestor final : public KvEventSource {
   mutable std::mutex registry_mu_;                         // guards registry_, commands_
   std::map<std::string, std::shared_ptr<Conn>> registry_;  // by TargetKey::ToString()
   std::deque<Command> commands_;
+
+  // Ingestion thread only: replays in flight, and targets waiting for a slot.
+  int active_replays_ = 0;
+  std::deque<Conn*> waiting_replays_;  // owned by RunLoop's list; removed with it
 
   std::atomic<bool> stop_{false};
   std::thread thread_;

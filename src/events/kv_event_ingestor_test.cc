@@ -6,8 +6,10 @@
 
 #include <chrono>
 #include <thread>
+#include <zmq.hpp>
 
 #include "core/hashing.h"
+#include "events/event_encoder.h"
 #include "events/fake_engine_cache.h"
 #include "events/publisher.h"
 #include "events/wait_for.h"
@@ -128,6 +130,109 @@ TEST(KvEventIngestor, RemovedTargetLeavesTheIndex) {
   EXPECT_FALSE(ing.FindTarget({"engine:1", 0}).has_value());
   EXPECT_TRUE(ing.WithIndex([](const core::KvIndex& index) { return index.Targets().empty(); }));
   ing.RemoveTarget({"engine:1", 0});  // unknown: ignored
+}
+
+std::optional<uint64_t> LastSeqOf(const KvEventIngestor& ing, const std::string& host) {
+  for (const auto& st : ing.TargetStatuses()) {
+    if (st.key.worker_id == host) return st.last_seq;
+  }
+  return std::nullopt;
+}
+
+// A replay socket that takes requests and never answers (an engine whose replay
+// port hangs).
+struct SilentReplay {
+  zmq::context_t ctx{1};
+  zmq::socket_t router{ctx, zmq::socket_type::router};
+  std::string endpoint;
+  SilentReplay() {
+    router.set(zmq::sockopt::linger, 0);
+    router.bind("tcp://127.0.0.1:0");
+    endpoint = router.get(zmq::sockopt::last_endpoint);
+  }
+};
+
+// A publisher with a hung replay port and gapped messages must not hold up another
+// target's events. Before, the replay ran on the ingestion thread for its whole
+// timeout (here 10 minutes), so the healthy target's view stayed stale meanwhile.
+TEST(KvEventIngestor, HungReplayDoesNotStallOtherTargets) {
+  SilentReplay silent;
+  auto bad = MakePublisher();
+  auto good = MakePublisher();
+  FakeEngineCache bad_engine({.seed = 1, .capacity_blocks = 256});
+  FakeEngineCache good_engine({.seed = 2, .capacity_blocks = 256});
+  KvEventIngestor ing(
+      IngestorOptions{.replay_timeout_ms = 600'000, .replay_backoff_initial_ms = 600'000});
+  IngestTarget bad_target = TargetFor(*bad);
+  bad_target.key = {"bad:1", 0};
+  bad_target.replay_endpoint = silent.endpoint;
+  ing.AddTarget(bad_target);
+  // A gap at the very start: the first live message the ingestor sees is not seq 0,
+  // so it asks the (silent) replay port for the batches before it.
+  bad->PublishPayloadSkippingLive(EncodeEventBatch(bad_engine.NextBatch(), WireShape::kVllm));
+  ASSERT_TRUE(WaitFor([&] {
+    bad->Publish(bad_engine.NextBatch());
+    return ing.counters().replays.load() >= 1;
+  }));
+  IngestTarget good_target = TargetFor(*good);
+  good_target.key = {"good:1", 0};
+  const core::TargetId good_id = ing.AddTarget(good_target);
+  uint64_t last = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    last = good->Publish(good_engine.NextBatch());
+    bad->PublishPayloadSkippingLive(EncodeEventBatch(bad_engine.NextBatch(), WireShape::kVllm));
+    bad->Publish(bad_engine.NextBatch());
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return LastSeqOf(ing, "good:1") == last;
+  })) << "the healthy target's events wait behind the hung replay";
+  for (int i = 0; i < 20; ++i) last = good->Publish(good_engine.NextBatch());
+  ASSERT_TRUE(WaitFor([&] { return LastSeqOf(ing, "good:1") == last; }));
+  // The healthy target replayed what it missed before subscribing, too.
+  EXPECT_EQ(View(ing, good_id), good_engine.TruthRouterHashes());
+  // The hung replay is still in flight: the bad target's messages are held, nothing
+  // applied for it.
+  EXPECT_EQ(ing.counters().replay_failures.load(), 0u);
+  EXPECT_FALSE(LastSeqOf(ing, "bad:1").has_value());
+}
+
+// A failed replay backs off: gaps during the backoff resync the target from the live
+// stream instead of replaying again (before: every gap cost a full replay timeout).
+TEST(KvEventIngestor, FailedReplayBacksOffAndGapsResync) {
+  SilentReplay silent;
+  auto bad = MakePublisher();
+  FakeEngineCache engine({.seed = 4, .capacity_blocks = 256});
+  KvEventIngestor ing(
+      IngestorOptions{.replay_timeout_ms = 100, .replay_backoff_initial_ms = 600'000});
+  IngestTarget target = TargetFor(*bad);
+  target.replay_endpoint = silent.endpoint;
+  const core::TargetId id = ing.AddTarget(target);
+  bad->PublishPayloadSkippingLive(EncodeEventBatch(engine.NextBatch(), WireShape::kVllm));
+  ASSERT_TRUE(WaitFor([&] {
+    bad->Publish(engine.NextBatch());
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return ing.counters().replay_failures.load() >= 1;
+  }));
+  uint64_t last = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    last = bad->Publish(engine.NextBatch());
+    return LastSeq(ing) == last;
+  }));
+  const uint64_t gaps_before = ing.counters().gaps.load();
+  for (int i = 0; i < 5; ++i) {
+    bad->PublishPayloadSkippingLive(EncodeEventBatch(engine.NextBatch(), WireShape::kVllm));
+    last = bad->Publish(engine.NextBatch());
+    ASSERT_TRUE(WaitFor([&] { return LastSeq(ing) == last; }));
+  }
+  EXPECT_EQ(ing.counters().gaps.load(), gaps_before + 5);
+  EXPECT_EQ(ing.counters().replays.load(), 1u);
+  EXPECT_EQ(ing.counters().replays_skipped.load(), 5u);
+  // The view follows the stream from the last resync on: a subset of the truth.
+  std::vector<core::BlockHash> truth = engine.TruthRouterHashes();
+  std::sort(truth.begin(), truth.end());
+  for (core::BlockHash h : View(ing, id)) {
+    EXPECT_TRUE(std::binary_search(truth.begin(), truth.end(), h));
+  }
+  EXPECT_FALSE(ing.TargetStatuses()[0].complete);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ struct KvEventCounters {
   std::atomic<uint64_t> replays{0};
   std::atomic<uint64_t> replayed_batches{0};
   std::atomic<uint64_t> replay_failures{0};
+  std::atomic<uint64_t> replays_skipped{0};
   std::atomic<uint64_t> resyncs{0};
   std::atomic<uint64_t> restarts{0};
   std::atomic<uint64_t> decode_errors{0};

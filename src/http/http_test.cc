@@ -1,12 +1,14 @@
 // Server and Client against each other over loopback (port 0), plus raw sockets
 // for malformed input, limits and disconnects.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <future>
 #include <thread>
 
 #include "http/client.h"
+#include "http/fd_limit.h"
 #include "http/server.h"
 
 namespace infera::http {
@@ -111,6 +113,22 @@ class HttpTest : public ::testing::Test {
       out.append(buf, n);
     }
     return out;
+  }
+
+  void Restart(ServerOptions opt) {
+    server_->Shutdown();
+    pool_.Stop();
+    server_.reset();
+    clients_.clear();
+    StartServer(opt);
+  }
+
+  // A connected socket that has sent `bytes` (and stays open).
+  std::unique_ptr<tcp::socket> Open(asio::io_context& io, const std::string& bytes) {
+    auto s = std::make_unique<tcp::socket>(io);
+    s->connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
+    if (!bytes.empty()) asio::write(*s, asio::buffer(bytes));
+    return s;
   }
 
   IoPool pool_{2};
@@ -271,6 +289,144 @@ TEST_F(HttpTest, GracefulShutdownDrainsInFlight) {
   boost::system::error_code ec;
   s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()), ec);
   EXPECT_TRUE(ec);
+}
+
+// RFC 9112 §6.1: a transfer coding other than one final "chunked" is refused and the
+// connection closed. Before, the body was taken as empty and its bytes answered as the
+// next request (a hidden GET got a response: request smuggling).
+TEST_F(HttpTest, TransferEncodingOtherThanFinalChunkedIsRefused) {
+  const std::string hidden = "GET /hidden HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (const char* te : {"xchunked", "identity", "gzip", "chunked, identity", "chunked;x=1",
+                         "chunked, chunked", ""}) {
+    std::string out =
+        Raw("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: " + std::string(te) + "\r\n\r\n" +
+            hidden);
+    EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 400") << te << ": " << out;
+    EXPECT_EQ(out.find("HTTP/1.1", 1), std::string::npos) << te << ": a second response: " << out;
+    EXPECT_NE(out.find("Connection: close"), std::string::npos) << te;
+  }
+  // A coding before the final chunked: understood framing, unsupported coding.
+  std::string out =
+      Raw("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n" +
+          hidden);
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 501") << out;
+  EXPECT_EQ(out.find("HTTP/1.1", 1), std::string::npos) << out;
+  // Split over two fields, the codings are one list: "gzip" then "chunked" -> 501.
+  out =
+      Raw("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n"
+          "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
+          hidden);
+  EXPECT_TRUE(out.substr(0, 12) == "HTTP/1.1 501" || out.substr(0, 12) == "HTTP/1.1 400") << out;
+  EXPECT_EQ(out.find("HTTP/1.1", 1), std::string::npos) << out;
+  // Transfer-Encoding and Content-Length together, in either order: refused.
+  for (const char* fields : {"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+                             "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+                             "Transfer-Encoding: gzip\r\nContent-Length: 5\r\n"}) {
+    out = Raw("POST /echo HTTP/1.1\r\nHost: x\r\n" + std::string(fields) + "\r\nhello" + hidden);
+    EXPECT_TRUE(out.substr(0, 12) == "HTTP/1.1 400" || out.substr(0, 12) == "HTTP/1.1 501")
+        << fields << ": " << out;
+    EXPECT_EQ(out.find("HTTP/1.1", 1), std::string::npos) << fields << ": " << out;
+  }
+  // Transfer-Encoding in HTTP/1.0: faulty framing.
+  out = Raw("POST /echo HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 400") << out;
+  // The one valid form still works.
+  out =
+      Raw("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+          "Connection: close\r\n\r\n2\r\nhi\r\n0\r\n\r\n");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 200") << out;
+  EXPECT_NE(out.find("hi|"), std::string::npos) << out;
+}
+
+// HEAD: the head of the GET answer (Content-Length included), no body; the next
+// pipelined response follows the head directly.
+TEST_F(HttpTest, HeadResponsesHaveNoBody) {
+  std::string out =
+      Raw("HEAD /echo?q=abc HTTP/1.1\r\nHost: x\r\n\r\n"
+          "HEAD /missing HTTP/1.1\r\nHost: x\r\n\r\n"
+          "GET /echo?q=z HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  size_t first_end = out.find("\r\n\r\n");
+  ASSERT_NE(first_end, std::string::npos) << out;
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 200") << out;
+  EXPECT_NE(out.substr(0, first_end).find("Content-Length: 4"), std::string::npos) << out;
+  EXPECT_EQ(out.substr(first_end + 4, 12), "HTTP/1.1 404") << out;
+  size_t second_end = out.find("\r\n\r\n", first_end + 4);
+  ASSERT_NE(second_end, std::string::npos) << out;
+  EXPECT_EQ(out.substr(second_end + 4, 12), "HTTP/1.1 200") << out;
+  EXPECT_EQ(out.substr(out.size() - 2), "|z") << out;
+}
+
+// A body trickled slower than request_timeout_ms gets 408 (before: the stream's own
+// timeout closed the socket, so the client saw a silent close).
+TEST_F(HttpTest, TrickledBodyAndHeaderGet408) {
+  ServerOptions opt;
+  opt.request_timeout_ms = 300;
+  opt.idle_timeout_ms = 300;
+  Restart(opt);
+  std::string out = Raw("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly ten b");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 408") << out;
+  EXPECT_NE(out.find("\"code\":408"), std::string::npos) << out;
+  out = Raw("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 408") << out;
+  out = Raw("GET /echo HTTP/1.1\r\nHost: x\r\nX-Slow: ");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 408") << out;
+  // A quiet keep-alive connection is closed without a word.
+  EXPECT_EQ(Raw(""), "");
+}
+
+// A client that sent a pipelined request and then went away cancels the running
+// handler's work (before: no disconnect watch while pipelined bytes were buffered).
+TEST_F(HttpTest, DisconnectAfterPipelinedRequestRunsOnClientGone) {
+  asio::io_context io;
+  {
+    auto s = Open(io, "GET /hang HTTP/1.1\r\nHost: x\r\n\r\nGET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
+    ASSERT_TRUE(WaitFor([&] { return hanging_.load() == 1; }));
+    s->set_option(asio::socket_base::linger(true, 0));
+    s->close();
+  }
+  EXPECT_TRUE(WaitFor([&] { return gone_.load() == 1; }));
+  {
+    // The pipelined request arrives while the handler runs, then the client goes.
+    auto s = Open(io, "GET /hang HTTP/1.1\r\nHost: x\r\n\r\n");
+    ASSERT_TRUE(WaitFor([&] { return hanging_.load() == 2; }));
+    asio::write(*s, asio::buffer(std::string("GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")));
+    s->close();
+  }
+  EXPECT_TRUE(WaitFor([&] { return gone_.load() == 2; }));
+  EXPECT_TRUE(WaitFor([&] { return server_->open_connections() == 0; }));
+}
+
+// Past max_connections a new connection gets 503 at once (and is closed) instead of
+// waiting unanswered; below it again, connections are served.
+TEST_F(HttpTest, ConnectionsPastTheCapGet503) {
+  ServerOptions opt;
+  opt.max_connections = 2;
+  Restart(opt);
+  EXPECT_EQ(server_->max_connections(), 2);
+  asio::io_context io;
+  auto a = Open(io, "GET /echo HTTP/1.1\r\nHo");  // half-sent headers
+  auto b = Open(io, "");
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 2; }));
+  std::string out = Raw("GET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 503") << out;
+  EXPECT_NE(out.find("too many open connections (limit 2)"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"code\":503"), std::string::npos) << out;
+  EXPECT_EQ(server_->refused_connections(), 1u);
+  a->close();
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 1; }));
+  out = Raw("GET /echo?q=ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 200") << out;
+}
+
+// Listen() raises the soft open-file limit to the hard one and derives the default
+// cap from it.
+TEST_F(HttpTest, OpenFileLimitIsRaisedAndDefaultCapDerived) {
+  rlimit lim{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &lim), 0);
+  EXPECT_EQ(lim.rlim_cur, std::min<rlim_t>(lim.rlim_max, rlim_t{1} << 20));
+  EXPECT_EQ(server_->max_connections(), DefaultMaxConnections(static_cast<int64_t>(lim.rlim_cur)));
+  EXPECT_EQ(DefaultMaxConnections(1024), 480);
+  EXPECT_EQ(DefaultMaxConnections(10), 1);
 }
 
 }  // namespace

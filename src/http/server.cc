@@ -1,5 +1,9 @@
 #include "http/server.h"
 
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <array>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -8,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
+#include "http/fd_limit.h"
 #include "spdlog/spdlog.h"
 
 namespace infera::http {
@@ -44,6 +49,49 @@ std::string PercentDecode(std::string_view s) {
 
 auto NoThrow(beast::error_code& ec) { return asio::redirect_error(use_awaitable, ec); }
 
+// Bytes of pipelined requests the disconnect watch buffers while a handler runs;
+// past this it stops reading (and so stops noticing a disconnect) until the
+// handler returns.
+constexpr size_t kMaxWatchBufferBytes = 1u << 20;
+
+// A refused connection is drained this long (so the client reads the 503 instead
+// of a reset), and at most this many are drained at once.
+constexpr int64_t kRefuseLingerMs = 500;
+constexpr int kMaxLingeringRefusals = 64;
+
+struct TransferEncodingVerdict {
+  int status = 0;  // 0: acceptable (a single final "chunked")
+  std::string message;
+};
+
+// RFC 9112 §6.1, §6.3: a request's transfer codings must end in exactly one
+// "chunked"; this server decodes no other coding (501), and any other framing is
+// ambiguous (400) — a body-less reading of it would let its bytes be parsed as the
+// next request (request smuggling).
+TransferEncodingVerdict CheckTransferEncoding(std::string_view values, bool http11) {
+  if (!http11) return {400, "Transfer-Encoding is not allowed in an HTTP/1.0 request"};
+  std::vector<std::string_view> codings;
+  while (!values.empty()) {
+    const size_t comma = values.find(',');
+    std::string_view c = values.substr(0, comma);
+    while (!c.empty() && (c.front() == ' ' || c.front() == '\t')) c.remove_prefix(1);
+    while (!c.empty() && (c.back() == ' ' || c.back() == '\t')) c.remove_suffix(1);
+    if (!c.empty()) codings.push_back(c);
+    if (comma == std::string_view::npos) break;
+    values.remove_prefix(comma + 1);
+  }
+  if (codings.empty()) return {400, "Transfer-Encoding is empty"};
+  size_t chunked = 0;
+  for (std::string_view c : codings) chunked += Headers::EqualsIgnoreCase(c, "chunked") ? 1 : 0;
+  if (!Headers::EqualsIgnoreCase(codings.back(), "chunked") || chunked > 1) {
+    return {400, "Transfer-Encoding must end in a single 'chunked'"};
+  }
+  if (codings.size() > 1) {
+    return {501, "transfer coding '" + std::string(codings.front()) + "' is not supported"};
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string_view Request::path() const {
@@ -76,7 +124,7 @@ ErrorBody DefaultErrorBody(int status, std::string_view message, std::string_vie
                        {{"message", message},
                         {"type", status >= 500 ? "server_error" : "invalid_request_error"},
                         {"code", status}}}};
-  return {"application/json", j.dump()};
+  return {"application/json", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
 }
 
 // Connections registered per loop, touched only on that loop's thread.
@@ -87,7 +135,10 @@ struct Server::LoopConnections {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(Server& server, int loop, tcp::socket socket)
-      : server_(server), loop_(loop), stream_(std::move(socket)) {}
+      : server_(server),
+        loop_(loop),
+        stream_(std::move(socket)),
+        read_timer_(stream_.get_executor()) {}
 
   Awaitable<void> Run();
   // Closes the connection if it is between requests (shutdown).
@@ -111,6 +162,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ArmWrite() {
     stream_.expires_after(std::chrono::milliseconds(server_.options_.write_timeout_ms));
   }
+  // The deadline of a read (header or body). Beast's own stream timeout closes the
+  // socket, which leaves no way to answer 408; this one cancels the read and sets
+  // read_timed_out_, and the socket stays open for the answer.
+  void ArmReadDeadline(int64_t ms) {
+    stream_.expires_never();
+    read_timed_out_ = false;
+    const uint64_t gen = ++read_gen_;
+    read_timer_.expires_after(std::chrono::milliseconds(ms));
+    read_timer_.async_wait([self = shared_from_this(), gen](const beast::error_code& ec) {
+      if (ec || gen != self->read_gen_) return;
+      self->read_timed_out_ = true;
+      beast::error_code cec;
+      self->stream_.socket().cancel(cec);
+    });
+  }
+  void DisarmReadDeadline() {
+    ++read_gen_;
+    read_timer_.cancel();
+  }
 
   Server& server_;
   int loop_;
@@ -118,6 +188,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   beast::flat_buffer buffer_;
   bool idle_ = true;
   bool keep_alive_ = true;
+  bool head_request_ = false;  // the request being answered is HEAD: no body
+  asio::steady_timer read_timer_;
+  uint64_t read_gen_ = 0;
+  bool read_timed_out_ = false;
   // The disconnect watch of the request being handled (one read on the socket, no
   // coroutine). `writer` is cleared when the handler returns.
   std::shared_ptr<WatchState> watch_;
@@ -141,20 +215,31 @@ Awaitable<void> Connection::SendError(int status, std::string_view message, std:
   res.body() = std::move(eb.body);
   res.keep_alive(keep_alive);
   res.prepare_payload();
+  if (head_request_) {
+    bhttp::response_serializer<bhttp::string_body> sr{res};
+    ArmWrite();
+    beast::error_code ec;
+    co_await bhttp::async_write_header(stream_, sr, NoThrow(ec));
+    co_return;
+  }
   co_await WriteSimple(res);
 }
 
 // Watches for the peer to close while the handler runs: one read on the socket (a
 // speculative recv, then the reactor). Bytes that arrive (a pipelined request) go
-// into the read buffer for Run(); an error other than cancellation means the
-// client is gone. Run() cancels the read when the handler returns and lets the
-// completion run before it touches the buffer again.
+// into the read buffer for Run() and the read is issued again, so a disconnect
+// after pipelined bytes is seen too (up to kMaxWatchBufferBytes buffered); an
+// error other than cancellation means the client is gone. Run() cancels the read
+// when the handler returns and lets the completion run before it touches the
+// buffer again.
 void Connection::Watch(std::shared_ptr<WatchState> state) {
+  if (buffer_.size() >= kMaxWatchBufferBytes) return;
   stream_.socket().async_read_some(
       buffer_.prepare(4096),
       [self = shared_from_this(), state = std::move(state)](const beast::error_code& ec, size_t n) {
         if (!ec) {
           self->buffer_.commit(n);
+          if (state->writer != nullptr) self->Watch(state);
         } else if (ec != asio::error::operation_aborted && state->writer != nullptr) {
           state->writer->MarkClientGone();
         }
@@ -166,15 +251,21 @@ Awaitable<void> Connection::Run() {
   const ServerOptions& opt = server_.options_;
   while (!server_.stopping_.load()) {
     idle_ = true;
+    head_request_ = false;
     bhttp::request_parser<bhttp::string_body> parser;
     parser.header_limit(opt.max_header_bytes);
     parser.body_limit(opt.max_body_bytes);
-    stream_.expires_after(std::chrono::milliseconds(opt.idle_timeout_ms));
+    ArmReadDeadline(opt.idle_timeout_ms);
     beast::error_code ec;
     co_await bhttp::async_read_header(stream_, buffer_, parser, NoThrow(ec));
+    DisarmReadDeadline();
     idle_ = false;
     if (ec) {
-      if (ec == bhttp::error::header_limit) {
+      if (read_timed_out_) {
+        // Quiet keep-alive connections close silently; a header begun and not
+        // finished in time is a slow (or slowloris) client: tell it.
+        if (buffer_.size() > 0) co_await SendError(408, "request not received in time", "", false);
+      } else if (ec == bhttp::error::header_limit) {
         co_await SendError(431, "request headers exceed the limit", "", false);
       } else if (ec == bhttp::error::body_limit) {
         // The parser checks Content-Length against the limit with the header.
@@ -191,6 +282,24 @@ Awaitable<void> Connection::Run() {
       break;
     }
     std::string target(parser.get().target());
+    head_request_ = parser.get().method() == bhttp::verb::head;
+    {
+      std::string te;
+      bool has_te = false;
+      for (const auto& f : parser.get()) {
+        if (f.name() != bhttp::field::transfer_encoding) continue;
+        if (has_te) te.push_back(',');
+        te.append(f.value().data(), f.value().size());
+        has_te = true;
+      }
+      if (has_te) {
+        TransferEncodingVerdict v = CheckTransferEncoding(te, parser.get().version() >= 11);
+        if (v.status != 0) {
+          co_await SendError(v.status, v.message, target, false);
+          break;
+        }
+      }
+    }
     auto content_length = parser.content_length();
     if (content_length && *content_length > opt.max_body_bytes) {
       co_await SendError(413,
@@ -206,7 +315,7 @@ Awaitable<void> Connection::Run() {
       co_await bhttp::async_write(stream_, cont, NoThrow(wec));
       if (wec) break;
     }
-    stream_.expires_after(std::chrono::milliseconds(opt.request_timeout_ms));
+    ArmReadDeadline(opt.request_timeout_ms);
     beast::error_code rec;
     // The body usually arrived with the header: parse what is buffered in place and
     // read from the socket only if more is needed.
@@ -219,14 +328,18 @@ Awaitable<void> Connection::Run() {
     if (!rec && !parser.is_done()) {
       co_await bhttp::async_read(stream_, buffer_, parser, NoThrow(rec));
     }
+    DisarmReadDeadline();
     if (rec) {
-      if (rec == bhttp::error::body_limit) {
+      if (read_timed_out_) {
+        co_await SendError(
+            408,
+            "request body not received within " + std::to_string(opt.request_timeout_ms) + " ms",
+            target, false);
+      } else if (rec == bhttp::error::body_limit) {
         co_await SendError(
             413,
             "request body exceeds the limit of " + std::to_string(opt.max_body_bytes) + " bytes",
             target, false);
-      } else if (rec == beast::error::timeout) {
-        co_await SendError(408, "request not received in time", target, false);
       } else if (rec != asio::error::eof && rec != bhttp::error::end_of_stream &&
                  rec != asio::error::connection_reset) {
         co_await SendError(400, "malformed HTTP request: " + rec.message(), target, false);
@@ -251,12 +364,11 @@ Awaitable<void> Connection::Run() {
     req.remote_address = peer_;
 
     ResponseWriter writer(this);
-    // Watch for a disconnect only when no pipelined bytes are already buffered.
-    if (buffer_.size() == 0) {
-      watch_ = std::make_shared<WatchState>();
-      watch_->writer = &writer;
-      Watch(watch_);
-    }
+    // Watch for a disconnect, also when pipelined bytes are already buffered: the
+    // client may have sent its next request and gone.
+    watch_ = std::make_shared<WatchState>();
+    watch_->writer = &writer;
+    Watch(watch_);
     std::exception_ptr error;
     try {
       co_await server_.handler_(req, writer);
@@ -288,6 +400,7 @@ Awaitable<void> Connection::Run() {
     }
     if (!writer.finished() || writer.failed() || writer.client_gone() || !keep_alive_) break;
   }
+  DisarmReadDeadline();
   beast::error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
   stream_.socket().close(ec);
@@ -322,7 +435,9 @@ Awaitable<bool> ResponseWriter::Send(int status, Headers headers, std::string bo
   head.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n\r\n");
   conn_->ArmWrite();
   beast::error_code ec;
-  std::array<asio::const_buffer, 2> buffers = {asio::buffer(head), asio::buffer(body)};
+  // A response to HEAD has the head (Content-Length included) but no body.
+  std::array<asio::const_buffer, 2> buffers = {
+      asio::buffer(head), conn_->head_request_ ? asio::const_buffer() : asio::buffer(body)};
   co_await asio::async_write(conn_->stream_, buffers, NoThrow(ec));
   bool ok = !ec;
   if (!keep) conn_->keep_alive_ = false;
@@ -357,7 +472,7 @@ Awaitable<bool> ResponseWriter::BeginStream(int status, Headers headers) {
 
 Awaitable<bool> ResponseWriter::WriteChunk(std::string_view data) {
   if (failed_) co_return false;
-  if (data.empty()) co_return true;
+  if (data.empty() || conn_->head_request_) co_return true;
   conn_->ArmWrite();
   beast::error_code ec;
   co_await asio::async_write(
@@ -372,6 +487,10 @@ Awaitable<bool> ResponseWriter::WriteChunk(std::string_view data) {
 
 Awaitable<bool> ResponseWriter::EndStream() {
   if (failed_) co_return false;
+  if (conn_->head_request_) {
+    finished_ = true;
+    co_return true;
+  }
   conn_->ArmWrite();
   beast::error_code ec;
   co_await asio::async_write(conn_->stream_, bhttp::make_chunk_last(), NoThrow(ec));
@@ -389,9 +508,31 @@ Server::Server(IoPool& pool, ServerOptions options, Handler handler)
   for (int i = 0; i < pool_.size(); ++i) loops_.push_back(std::make_unique<LoopConnections>());
 }
 
-Server::~Server() = default;
+Server::~Server() {
+  if (spare_fd_ >= 0) ::close(spare_fd_);
+}
+
+bool Server::LogLimiter::Allow() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next) {
+    ++suppressed;
+    return false;
+  }
+  next = now + std::chrono::seconds(1);
+  return true;
+}
 
 absl::Status Server::Listen() {
+  const OpenFileLimit fds = RaiseOpenFileLimit();
+  max_connections_ =
+      options_.max_connections > 0 ? options_.max_connections : DefaultMaxConnections(fds.soft);
+  if (fds.soft != fds.before) {
+    spdlog::info("http: open file limit {} (raised from {}), max connections {}", fds.soft,
+                 fds.before, max_connections_);
+  } else {
+    spdlog::info("http: open file limit {}, max connections {}", fds.soft, max_connections_);
+  }
+  if (spare_fd_ < 0) spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   try {
     auto addr = asio::ip::make_address(options_.host);
     tcp::endpoint ep(addr, options_.port);
@@ -417,10 +558,24 @@ Awaitable<void> Server::AcceptLoop() {
     auto socket = co_await acceptor_->async_accept(pool_.context(loop), NoThrow(ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || stopping_.load()) break;
-      spdlog::warn("http: accept failed: {}", ec.message());
+      if (accept_log_.Allow()) {
+        spdlog::warn("http: accept failed: {} ({} more in the last second not logged)",
+                     ec.message(), accept_log_.suppressed);
+        accept_log_.suppressed = 0;
+      }
+      if (ec == asio::error::no_descriptors && spare_fd_ >= 0) {
+        RefuseWithSpareFd();
+        continue;
+      }
       asio::steady_timer t(acceptor_->get_executor(), std::chrono::milliseconds(10));
       beast::error_code tec;
       co_await t.async_wait(NoThrow(tec));
+      continue;
+    }
+    if (open_connections_.load() >= max_connections_) {
+      Refuse(std::move(socket),
+             "too many open connections (limit " + std::to_string(max_connections_) + ")",
+             /*linger=*/true);
       continue;
     }
     beast::error_code nec;
@@ -438,6 +593,68 @@ Awaitable<void> Server::AcceptLoop() {
         },
         asio::detached);
   }
+}
+
+void Server::Refuse(tcp::socket socket, std::string_view why, bool linger) {
+  refused_connections_.fetch_add(1);
+  if (refuse_log_.Allow()) {
+    spdlog::warn(
+        "http: refusing connections: {} ({} open; {} more refused in the last second "
+        "not logged)",
+        why, open_connections_.load(), refuse_log_.suppressed);
+    refuse_log_.suppressed = 0;
+  }
+  ErrorBody eb = options_.error_body(503, std::string(why) + "; retry later", "");
+  std::string text = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: " + eb.content_type +
+                     "\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
+                     std::to_string(eb.body.size()) + "\r\n\r\n" + eb.body;
+  beast::error_code ec;
+  socket.non_blocking(true, ec);
+  socket.send(asio::buffer(text), 0, ec);  // small: fits the socket buffer
+  socket.shutdown(tcp::socket::shutdown_send, ec);
+  // Closing with unread request bytes would reset the connection and could destroy
+  // the 503 before the client reads it: drain briefly first (bounded in count).
+  if (!linger || *lingering_refusals_ >= kMaxLingeringRefusals) {
+    socket.close(ec);
+    return;
+  }
+  ++*lingering_refusals_;
+  auto sock = std::make_shared<tcp::socket>(std::move(socket));
+  auto timer = std::make_shared<asio::steady_timer>(acceptor_->get_executor(),
+                                                    std::chrono::milliseconds(kRefuseLingerMs));
+  auto buf = std::make_shared<std::array<char, 1024>>();
+  auto drain = std::make_shared<std::function<void()>>();
+  *drain = [sock, buf, drain, timer]() {
+    sock->async_read_some(asio::buffer(*buf), [drain, timer](const beast::error_code& e, size_t) {
+      if (!e) return (*drain)();
+      timer->cancel();
+      *drain = nullptr;  // breaks the cycle
+    });
+  };
+  timer->async_wait([count = lingering_refusals_, sock](const beast::error_code&) {
+    beast::error_code cec;
+    sock->close(cec);
+    --*count;
+  });
+  (*drain)();
+}
+
+void Server::RefuseWithSpareFd() {
+  ::close(spare_fd_);
+  spare_fd_ = -1;
+  // The acceptor's descriptor is non-blocking (Asio sets it for async accepts).
+  const int fd = ::accept4(acceptor_->native_handle(), nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd >= 0) {
+    beast::error_code ec;
+    tcp::socket socket(acceptor_->get_executor());
+    socket.assign(acceptor_->local_endpoint(ec).protocol(), fd, ec);
+    if (ec) {
+      ::close(fd);
+    } else {
+      Refuse(std::move(socket), "the server is out of file descriptors", /*linger=*/false);
+    }
+  }
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 void Server::Shutdown() {

@@ -9,9 +9,13 @@
 // Limits, each answered with a clear JSON error (see ServerOptions::error_body):
 // headers over max_header_bytes -> 431, body over max_body_bytes -> 413 (checked
 // against Content-Length before reading the body), a request not fully received
-// within request_timeout_ms -> 408, malformed HTTP -> 400; idle keep-alive
-// connections are closed after idle_timeout_ms; a client that does not read a
-// response is cut off after write_timeout_ms.
+// within request_timeout_ms -> 408 (also a header begun but not finished within
+// idle_timeout_ms), malformed HTTP -> 400, a Transfer-Encoding other than a single
+// final "chunked" -> 400 or 501 (RFC 9112 §6.1; never read as a body-less request);
+// idle keep-alive connections are closed after idle_timeout_ms; a client that does
+// not read a response is cut off after write_timeout_ms. Connections past
+// max_connections get 503 and are closed (see Listen()). Every error closes the
+// connection. Responses to HEAD carry no body.
 //
 // Client disconnects: while a handler runs, the connection watches its socket;
 // when the peer closes or resets it, ResponseWriter::client_gone() turns true and
@@ -27,6 +31,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -73,6 +78,9 @@ struct ServerOptions {
   int64_t request_timeout_ms = 60'000;
   int64_t write_timeout_ms = 60'000;
   int64_t drain_timeout_ms = 30'000;
+  // Open client connections; 0: DefaultMaxConnections() of the open-file limit
+  // (http/fd_limit.h). Past it a new connection gets 503 and is closed.
+  int64_t max_connections = 0;
   ErrorBodyFn error_body = DefaultErrorBody;
 };
 
@@ -123,9 +131,13 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Binds and listens. After OK, port() is the bound port.
+  // Raises the soft open-file limit to the hard one, derives max_connections when
+  // unset, binds and listens. After OK, port() is the bound port.
   absl::Status Listen();
   uint16_t port() const { return port_; }
+  int64_t max_connections() const { return max_connections_; }
+  // Connections refused because max_connections were open or descriptors ran out.
+  uint64_t refused_connections() const { return refused_connections_.load(); }
   // Starts accepting (the pool's loops run the connections).
   void Start();
   // Graceful shutdown; blocks until in-flight requests finish or the drain
@@ -138,6 +150,13 @@ class Server {
  private:
   friend class Connection;
   Awaitable<void> AcceptLoop();
+  // Answers 503 on a connection that is not taken (over the cap), then closes it.
+  // `linger`: drain the client's request bytes briefly before closing (else the close
+  // may reset the connection before the client read the 503).
+  void Refuse(asio::ip::tcp::socket socket, std::string_view why, bool linger);
+  // accept() failed for lack of descriptors: frees the spare one, accepts the
+  // waiting connection and refuses it, so the backlog drains instead of timing out.
+  void RefuseWithSpareFd();
 
   IoPool& pool_;
   ServerOptions options_;
@@ -146,6 +165,19 @@ class Server {
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> open_connections_{0};
+  std::atomic<uint64_t> refused_connections_{0};
+  int64_t max_connections_ = 0;
+  int spare_fd_ = -1;  // /dev/null, closed to make room for one accept on EMFILE
+  // Refused connections being drained; accept loop's thread only.
+  std::shared_ptr<int> lingering_refusals_ = std::make_shared<int>(0);
+  // One log line per second at most for each (accept loop only).
+  struct LogLimiter {
+    std::chrono::steady_clock::time_point next{};
+    uint64_t suppressed = 0;
+    // True when a line may be written now; then `suppressed` is how many were not.
+    bool Allow();
+  };
+  LogLimiter accept_log_, refuse_log_;
   struct LoopConnections;
   std::vector<std::unique_ptr<LoopConnections>> loops_;
 };

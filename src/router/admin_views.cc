@@ -107,6 +107,10 @@ std::string AdminViews::MetricsText() const {
   counter("infera_kv_events_blocks_removed_total", "Blocks removed.", c.blocks_removed);
   counter("infera_kv_events_gaps_total", "Sequence gaps seen.", c.gaps);
   counter("infera_kv_events_replays_total", "Replay requests sent.", c.replays);
+  counter("infera_kv_events_replay_failures_total", "Replays that timed out or were malformed.",
+          c.replay_failures);
+  counter("infera_kv_events_replays_skipped_total",
+          "Gaps not replayed because the target's replay backs off.", c.replays_skipped);
   counter("infera_kv_events_resyncs_total", "Target views cleared and rebuilt.", c.resyncs);
   counter("infera_kv_events_restarts_total", "Publisher restarts detected.", c.restarts);
   counter("infera_kv_events_decode_errors_total", "Undecodable payloads.", c.decode_errors);

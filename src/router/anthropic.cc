@@ -5,6 +5,23 @@ namespace {
 
 using nlohmann::json;
 
+// obj[key] when obj is an object and the value a string, else `def`: the request was
+// type-checked (ParseApiRequest) but upstream responses were not, and a value of
+// another type must not throw out of the handler.
+std::string Str(const json& obj, const char* key, const char* def) {
+  if (!obj.is_object()) return def;
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string(def);
+}
+
+// obj[key] when it is a non-negative integer, else `def`.
+uint64_t Count(const json& obj, const char* key, uint64_t def) {
+  if (!obj.is_object()) return def;
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number_integer()) return def;
+  return it->is_number_unsigned() || it->get<int64_t>() >= 0 ? it->get<uint64_t>() : def;
+}
+
 std::string MapStopReason(const json& finish) {
   if (!finish.is_string()) return "end_turn";
   const std::string& f = finish.get_ref<const std::string&>();
@@ -18,7 +35,7 @@ std::string TextOf(const json& content) {
   std::string out;
   if (content.is_array()) {
     for (const auto& b : content) {
-      if (b.is_object() && b.value("type", "") == "text" && b.contains("text") &&
+      if (b.is_object() && Str(b, "type", "") == "text" && b.contains("text") &&
           b["text"].is_string()) {
         if (!out.empty()) out += "\n";
         out += b["text"].get<std::string>();
@@ -31,10 +48,10 @@ std::string TextOf(const json& content) {
 json ImageBlock(const json& block) {
   const json& src = block.contains("source") ? block["source"] : json::object();
   std::string url;
-  if (src.is_object() && src.value("type", "") == "url") {
-    url = src.value("url", "");
+  if (src.is_object() && Str(src, "type", "") == "url") {
+    url = Str(src, "url", "");
   } else if (src.is_object()) {
-    url = "data:" + src.value("media_type", "image/png") + ";base64," + src.value("data", "");
+    url = "data:" + Str(src, "media_type", "image/png") + ";base64," + Str(src, "data", "");
   }
   return {{"type", "image_url"}, {"image_url", {{"url", url}}}};
 }
@@ -43,7 +60,7 @@ void AppendEvent(std::string& out, const char* name, const json& data) {
   out += "event: ";
   out += name;
   out += "\ndata: ";
-  out += data.dump();
+  out += data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   out += "\n\n";
 }
 
@@ -51,14 +68,14 @@ void AppendEvent(std::string& out, const char* name, const json& data) {
 
 json AnthropicToChat(const json& in) {
   json out = json::object();
-  out["model"] = in.value("model", "");
+  out["model"] = Str(in, "model", "");
   json messages = json::array();
   if (in.contains("system")) {
     std::string system = TextOf(in["system"]);
     if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
   }
   for (const auto& m : in["messages"]) {
-    std::string role = m.value("role", "user");
+    std::string role = Str(m, "role", "user");
     const json& content = m.contains("content") ? m["content"] : json("");
     if (content.is_string()) {
       messages.push_back({{"role", role}, {"content", content}});
@@ -68,21 +85,21 @@ json AnthropicToChat(const json& in) {
     json tool_calls = json::array();
     for (const auto& b : content) {
       if (!b.is_object()) continue;
-      std::string type = b.value("type", "");
+      std::string type = Str(b, "type", "");
       if (type == "text") {
-        parts.push_back({{"type", "text"}, {"text", b.value("text", "")}});
+        parts.push_back({{"type", "text"}, {"text", Str(b, "text", "")}});
       } else if (type == "image") {
         parts.push_back(ImageBlock(b));
       } else if (type == "tool_use") {
-        tool_calls.push_back({{"id", b.value("id", "")},
+        tool_calls.push_back({{"id", Str(b, "id", "")},
                               {"type", "function"},
                               {"function",
-                               {{"name", b.value("name", "")},
+                               {{"name", Str(b, "name", "")},
                                 {"arguments", b.contains("input") ? b["input"].dump() : "{}"}}}});
       } else if (type == "tool_result") {
         json tool_content = b.contains("content") ? b["content"] : json("");
         messages.push_back({{"role", "tool"},
-                            {"tool_call_id", b.value("tool_use_id", "")},
+                            {"tool_call_id", Str(b, "tool_use_id", "")},
                             {"content", TextOf(tool_content)}});
       }
     }
@@ -114,8 +131,8 @@ json AnthropicToChat(const json& in) {
       tools.push_back(
           {{"type", "function"},
            {"function",
-            {{"name", t.value("name", "")},
-             {"description", t.value("description", "")},
+            {{"name", Str(t, "name", "")},
+             {"description", Str(t, "description", "")},
              {"parameters", t.contains("input_schema") ? t["input_schema"] : json::object()}}}});
     }
     out["tools"] = std::move(tools);
@@ -142,11 +159,11 @@ json ChatResponseToAnthropic(const json& chat, const std::string& model,
         if (msg.contains("tool_calls") && msg["tool_calls"].is_array()) {
           for (const auto& tc : msg["tool_calls"]) {
             if (!tc.is_object() || !tc.contains("function")) continue;
-            json input = json::parse(tc["function"].value("arguments", "{}"), nullptr, false);
+            json input = json::parse(Str(tc["function"], "arguments", "{}"), nullptr, false);
             if (input.is_discarded()) input = json::object();
             content.push_back({{"type", "tool_use"},
-                               {"id", tc.value("id", "")},
-                               {"name", tc["function"].value("name", "")},
+                               {"id", Str(tc, "id", "")},
+                               {"name", Str(tc["function"], "name", "")},
                                {"input", input}});
           }
         }
@@ -155,8 +172,8 @@ json ChatResponseToAnthropic(const json& chat, const std::string& model,
   }
   json usage = {{"input_tokens", 0}, {"output_tokens", 0}};
   if (chat.contains("usage") && chat["usage"].is_object()) {
-    usage["input_tokens"] = chat["usage"].value("prompt_tokens", 0);
-    usage["output_tokens"] = chat["usage"].value("completion_tokens", 0);
+    usage["input_tokens"] = Count(chat["usage"], "prompt_tokens", 0);
+    usage["output_tokens"] = Count(chat["usage"], "completion_tokens", 0);
   }
   return {{"id", "msg_" + request_id}, {"type", "message"},
           {"role", "assistant"},       {"model", model},
@@ -188,7 +205,7 @@ const char* AnthropicErrorType(int status) {
 std::string AnthropicErrorBody(int status, std::string_view message) {
   json j = {{"type", "error"},
             {"error", {{"type", AnthropicErrorType(status)}, {"message", message}}}};
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void AnthropicStreamTranslator::Start(std::string& out) {
@@ -217,8 +234,8 @@ void AnthropicStreamTranslator::HandleChunk(const json& chunk, std::string& out)
   if (!chunk.is_object()) return;
   Start(out);
   if (chunk.contains("usage") && chunk["usage"].is_object()) {
-    input_tokens_ = chunk["usage"].value("prompt_tokens", input_tokens_);
-    output_tokens_ = chunk["usage"].value("completion_tokens", output_tokens_);
+    input_tokens_ = Count(chunk["usage"], "prompt_tokens", input_tokens_);
+    output_tokens_ = Count(chunk["usage"], "completion_tokens", output_tokens_);
   }
   if (!chunk.contains("choices") || !chunk["choices"].is_array()) return;
   for (const auto& choice : chunk["choices"]) {
@@ -256,7 +273,7 @@ void AnthropicStreamTranslator::HandleChunk(const json& chunk, std::string& out)
                        {"content_block",
                         {{"type", "tool_use"},
                          {"id", tc["id"]},
-                         {"name", fn.value("name", "")},
+                         {"name", Str(fn, "name", "")},
                          {"input", json::object()}}}});
         }
         if (block_open_ && block_is_tool_ && fn.is_object() && fn.contains("arguments") &&
@@ -287,7 +304,7 @@ std::string AnthropicStreamTranslator::Feed(std::string_view upstream_bytes) {
                   {"error",
                    {{"type", "api_error"},
                     {"message", chunk["error"].is_object()
-                                    ? chunk["error"].value("message", "upstream error")
+                                    ? Str(chunk["error"], "message", "upstream error")
                                     : chunk["error"].dump()}}}};
       AppendEvent(out, "error", err);
       continue;

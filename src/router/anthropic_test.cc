@@ -61,5 +61,30 @@ TEST(AnthropicTest, ErrorShape) {
   EXPECT_EQ(e["error"]["message"], "too big");
 }
 
+// Bytes that are not UTF-8 (a request id header, a raw path) and upstream values of
+// the wrong type never throw out of the translation (before: nlohmann's dump threw
+// type_error 316 and the handler ended without an answer: 500, leaked gauge).
+TEST(AnthropicTest, InvalidUtf8AndWrongTypesDoNotThrow) {
+  json e = json::parse(AnthropicErrorBody(404, "no route for GET /\xff"));
+  EXPECT_EQ(e["error"]["type"], "not_found_error");
+  AnthropicStreamTranslator t("m", "id-\xff");
+  std::string out = t.Feed(
+      "data: {\"choices\":[{\"delta\":{\"content\":\"hi\",\"tool_calls\":[{\"id\":\"c\","
+      "\"function\":{\"name\":5,\"arguments\":7}}]},\"finish_reason\":3}],"
+      "\"usage\":{\"prompt_tokens\":\"x\",\"completion_tokens\":-1}}\n\n"
+      "data: {\"error\":{\"message\":5}}\n\n");
+  out += t.Finish();
+  EXPECT_NE(out.find("message_start"), std::string::npos);
+  EXPECT_NE(out.find("upstream error"), std::string::npos);
+  EXPECT_NE(out.find("message_stop"), std::string::npos);
+  json chat = json::parse(R"({"choices":[{"finish_reason":1,"message":{"content":"x",
+      "tool_calls":[{"id":2,"function":{"name":[],"arguments":{}}}]}}],
+      "usage":{"prompt_tokens":"3","completion_tokens":4}})");
+  json msg = ChatResponseToAnthropic(chat, "m", "r");
+  EXPECT_EQ(msg["usage"]["input_tokens"], 0);
+  EXPECT_EQ(msg["usage"]["output_tokens"], 4);
+  EXPECT_EQ(msg["content"][1]["id"], "");
+}
+
 }  // namespace
 }  // namespace infera::router

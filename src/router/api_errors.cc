@@ -12,13 +12,12 @@ std::string OpenAiErrorBody(int status, std::string_view message, const char* co
   const char* type = status == 404   ? "not_found_error"
                      : status >= 500 ? (status == 503 ? "service_unavailable" : "server_error")
                                      : "invalid_request_error";
-  json j = {{"error", {{"message", message}, {"type", type}, {"code", nullptr}}}};
-  if (code != nullptr) {
-    j["error"]["code"] = code;
-  } else {
-    j["error"]["code"] = status;
-  }
-  return j.dump();
+  // OpenAI's `code` is a string or null, never the HTTP status.
+  json j = {
+      {"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}}}};
+  if (code != nullptr) j["error"]["code"] = code;
+  // Messages may quote client bytes (a path, a header) that are not UTF-8.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string ErrorBodyFor(ApiKind kind, int status, std::string_view message, const char* code) {

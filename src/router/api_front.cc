@@ -1,5 +1,6 @@
 #include "router/api_front.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "router/anthropic.h"
@@ -28,7 +29,20 @@ http::ErrorBody ApiFront::ServerErrorBody(int status, std::string_view message,
 http::Awaitable<void> ApiFront::Handle(http::Request& req, http::ResponseWriter& w) {
   std::string_view path = req.path();
   std::string request_id(req.headers.Get("X-Infera-Request-Id"));
-  if (request_id.empty() || request_id.size() > 128) request_id = ids_.Next();
+  // A client id is echoed in headers and bodies: 1-128 visible ASCII characters.
+  const bool id_ok =
+      request_id.size() <= 128 && std::all_of(request_id.begin(), request_id.end(),
+                                              [](char c) { return c > 0x20 && c < 0x7f; });
+  if (request_id.empty() || !id_ok) {
+    const bool given = !request_id.empty();
+    request_id = ids_.Next();
+    if (given) {
+      co_await SendError(w, path == "/v1/messages" ? ApiKind::kMessages : ApiKind::kChat, 400,
+                         "X-Infera-Request-Id must be 1 to 128 visible ASCII characters",
+                         request_id);
+      co_return;
+    }
+  }
   const bool post = req.method == "POST";
   const bool get = req.method == "GET" || req.method == "HEAD";
   if (post && path == "/v1/chat/completions") {

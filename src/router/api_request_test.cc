@@ -118,5 +118,64 @@ TEST(ApiRequestTest, HandsOutTheParseForReuse) {
   EXPECT_FALSE(none.has_value());
 }
 
+// Values of the wrong type in /v1/messages are 400s naming the field (before, the
+// translation to chat threw and the client got 500 with a leaked in-flight gauge).
+TEST(ApiRequestTest, AnthropicFieldsOfTheWrongTypeAreClearErrors) {
+  const std::string head = R"({"model":"m","max_tokens":8,"messages":[{"role":"user","content":[)";
+  struct Case {
+    std::string blocks;
+    const char* message;
+  } cases[] = {
+      {R"({"type":5,"text":"x"})", "messages[0].content[0].type must be a string"},
+      {R"({"type":"text","text":7})", "messages[0].content[0].text must be a string"},
+      {R"({"type":"text"})", "messages[0].content[0].text is required"},
+      {R"("plain")", "messages[0].content[0] must be an object"},
+      {R"({"type":"tool_use","id":1,"name":"f","input":{}})", "content[0].id must be a string"},
+      {R"({"type":"tool_use","id":"t","name":[],"input":{}})", "content[0].name must be a string"},
+      {R"({"type":"tool_result","tool_use_id":{},"content":"r"})",
+       "content[0].tool_use_id must be a string"},
+      {R"({"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":1}]})",
+       "content[0].content[0].text must be a string"},
+      {R"({"type":"image","source":{"type":"base64","media_type":"image/png","data":5}})",
+       "content[0].source.data must be a string"},
+      {R"({"type":"image","source":"x"})", "content[0].source must be an object"},
+  };
+  for (const Case& c : cases) {
+    const std::string body = head + c.blocks + "]}]}";
+    auto r = ParseApiRequest(ApiKind::kMessages, body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(c.message), std::string::npos)
+        << body << " -> " << r.status().message();
+  }
+  auto sys = ParseApiRequest(ApiKind::kMessages,
+                             R"({"model":"m","max_tokens":8,"system":[{"type":"text","text":1}],
+                                 "messages":[{"role":"user","content":"x"}]})");
+  EXPECT_NE(sys.status().message().find("system[0].text must be a string"), std::string::npos)
+      << sys.status();
+  auto tools = ParseApiRequest(ApiKind::kMessages,
+                               R"({"model":"m","max_tokens":8,"tools":[{"name":3}],
+                                   "messages":[{"role":"user","content":"x"}]})");
+  EXPECT_NE(tools.status().message().find("tools[0].name must be a string"), std::string::npos)
+      << tools.status();
+  auto ok = ParseApiRequest(
+      ApiKind::kMessages,
+      head + R"({"type":"text","text":"hi"},{"type":"image","source":{"type":"base64",)"
+             R"("media_type":"image/png","data":"AAAA"}}]}]})");
+  EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
+// An integer beyond 64 bits is named as such, not "not valid JSON".
+TEST(ApiRequestTest, NumberBeyond64BitsIsNamed) {
+  for (ApiKind kind : {ApiKind::kChat, ApiKind::kMessages}) {
+    auto r = ParseApiRequest(kind, R"({"model":"m","max_tokens":18446744073709551616,
+                                       "messages":[{"role":"user","content":"x"}]})");
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("out-of-range number"), std::string::npos) << r.status();
+  }
+  auto deep = ParseApiRequest(ApiKind::kChat, std::string(2000, '[') + std::string(2000, ']'));
+  EXPECT_NE(deep.status().message().find("deeper than 1024"), std::string::npos) << deep.status();
+}
+
 }  // namespace
 }  // namespace infera::router

@@ -5,6 +5,8 @@
 #include <regex>
 #include <sstream>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "simdjson.h"
@@ -227,6 +229,32 @@ jinja::Value FromDom(const element& e) {
   return jinja::Value::None();
 }
 
+// Nesting depth of a request body Render() accepts, as deep as simdjson's parser
+// allows for RenderDom: converting and dumping a JSON value recurse once per level,
+// and a body nested 50,000 levels deep overflowed the stack.
+constexpr size_t kMaxRequestDepth = 1024;
+
+// Whether `j` nests arrays/objects deeper than `limit` (iterative: no recursion).
+template <class Json>
+bool NestsDeeperThan(const Json& j, size_t limit) {
+  std::vector<std::pair<const Json*, size_t>> stack = {{&j, 1}};
+  while (!stack.empty()) {
+    auto [v, depth] = stack.back();
+    stack.pop_back();
+    if (!v->is_structured()) continue;
+    if (depth > limit) return true;
+    for (const auto& child : *v) {
+      if (child.is_structured()) stack.emplace_back(&child, depth + 1);
+    }
+  }
+  return false;
+}
+
+absl::Status DepthError() {
+  return absl::InvalidArgumentError("request body nests deeper than " +
+                                    std::to_string(kMaxRequestDepth) + " levels");
+}
+
 // Bodies larger than this are parsed by a temporary parser, so one huge request does
 // not pin its buffers to the thread.
 constexpr size_t kKeepParserBytes = 4 << 20;
@@ -278,11 +306,13 @@ absl::StatusOr<std::string> ChatTemplate::RenderBody(const jinja::Value& body,
 
 absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& body,
                                                  std::optional<std::tm> now) const {
+  if (NestsDeeperThan(body, kMaxRequestDepth)) return DepthError();
   return RenderBody(jinja::Value::FromJson(body), now);
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::json& body,
                                                  std::optional<std::tm> now) const {
+  if (NestsDeeperThan(body, kMaxRequestDepth)) return DepthError();
   return Render(nlohmann::ordered_json::parse(body.dump()), now);
 }
 

@@ -165,5 +165,25 @@ TEST(ChatTemplateTest, BodiesSimdjsonRefusesStillRender) {
   EXPECT_FALSE(chat.RenderJson(R"({"tools": []})").ok());
 }
 
+// A body nested 50,000+ levels deep is an error, not a stack overflow (the recursive
+// dump and conversion of nlohmann values crashed infera-mock-engine --tokenizer).
+TEST(ChatTemplateTest, DeeplyNestedBodyIsAnErrorNotACrash) {
+  ChatTemplate chat = MustLoad({{"chat_template", "{{ messages | length }}"}});
+  const size_t depth = 100'000;
+  const std::string text = R"({"messages": [{"role": "user", "content": )" +
+                           std::string(depth, '[') + std::string(depth, ']') + "}]}";
+  for (int ordered = 0; ordered < 2; ++ordered) {
+    absl::Status st = ordered ? chat.Render(nlohmann::ordered_json::parse(text)).status()
+                              : chat.Render(nlohmann::json::parse(text)).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("nests deeper than 1024 levels"), std::string::npos) << st;
+  }
+  EXPECT_EQ(chat.RenderJson(text).status().code(), absl::StatusCode::kInvalidArgument);
+  // 1000 levels still render.
+  const std::string ok = R"({"messages": [{"role": "user", "content": )" + std::string(1000, '[') +
+                         std::string(1000, ']') + "}]}";
+  EXPECT_TRUE(chat.Render(nlohmann::json::parse(ok)).ok());
+}
+
 }  // namespace
 }  // namespace infera::chat

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -57,6 +58,24 @@ def http(method, url, body=None, timeout=30):
             return r.status, r.read().decode(), dict(r.headers)
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(), dict(e.headers)
+
+
+def raw(port, data, timeout=10):
+    """Sends bytes on a fresh connection to 127.0.0.1:port; returns every byte read
+    until the peer closes (or resets, or `timeout` s pass without a byte)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(data)
+    out = b""
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+    except (ConnectionResetError, socket.timeout):
+        pass
+    s.close()
+    return out
 
 
 class Proc:
