@@ -3,7 +3,7 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test unit demo bench fuzz-long clean
+.PHONY: all deps build test demo bench clean
 
 all: build
 
@@ -26,4 +26,4 @@ bench: build
 	@scripts/bench
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-tsan build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) build-release build-tsan build-fuzz

@@ -1,17 +1,13 @@
 #include "prompt_tokenizer.h"
 
-#ifdef INFERA_HAVE_TOKENIZER
 #include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
-#endif
 
 namespace infera::mock {
 
 struct PromptTokenizer::Impl {
-#ifdef INFERA_HAVE_TOKENIZER
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::optional<chat::ChatTemplate> chat;
-#endif
 };
 
 PromptTokenizer::PromptTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -20,32 +16,20 @@ PromptTokenizer::~PromptTokenizer() = default;
 absl::StatusOr<std::unique_ptr<PromptTokenizer>> PromptTokenizer::Load(const std::string& dir) {
   auto impl = std::make_unique<Impl>();
   if (!dir.empty()) {
-#ifdef INFERA_HAVE_TOKENIZER
     absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> t = tokenizer::Tokenizer::Load(dir);
     if (!t.ok()) return t.status();
     impl->tokenizer = std::move(*t);
     absl::StatusOr<chat::ChatTemplate> c = chat::ChatTemplate::Load(dir);
     if (c.ok()) impl->chat = std::move(*c);
-#else
-    return absl::UnimplementedError("this build has no tokenizer library; omit --tokenizer");
-#endif
   }
   return std::unique_ptr<PromptTokenizer>(new PromptTokenizer(std::move(impl)));
 }
 
-bool PromptTokenizer::has_tokenizer() const {
-#ifdef INFERA_HAVE_TOKENIZER
-  return impl_->tokenizer != nullptr;
-#else
-  return false;
-#endif
-}
+bool PromptTokenizer::has_tokenizer() const { return impl_->tokenizer != nullptr; }
 
 std::vector<core::TokenId> PromptTokenizer::EncodeText(const std::string& text,
                                                        bool add_special_tokens) const {
-#ifdef INFERA_HAVE_TOKENIZER
   if (impl_->tokenizer) return impl_->tokenizer->Encode(text, add_special_tokens);
-#endif
   std::vector<core::TokenId> out;
   out.reserve(text.size());
   for (unsigned char c : text) out.push_back(static_cast<core::TokenId>(c) + 1);
@@ -58,13 +42,11 @@ absl::StatusOr<std::vector<core::TokenId>> PromptTokenizer::EncodeChat(
   if (messages == body.end() || !messages->is_array() || messages->empty()) {
     return absl::InvalidArgumentError("'messages' must be a non-empty array");
   }
-#ifdef INFERA_HAVE_TOKENIZER
   if (impl_->tokenizer && impl_->chat) {
     absl::StatusOr<std::string> rendered = impl_->chat->Render(body);
     if (!rendered.ok()) return rendered.status();
     return impl_->tokenizer->Encode(*rendered, /*add_special_tokens=*/false);
   }
-#endif
   std::string text;
   for (const nlohmann::json& m : *messages) {
     if (!m.is_object()) return absl::InvalidArgumentError("a message must be an object");

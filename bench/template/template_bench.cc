@@ -13,10 +13,8 @@
 #include <string>
 
 #include "template/chat_template.h"
-#ifdef INFERA_HAVE_TOKENIZER
 #include "tokenizer/prefix_caching_encoder.h"
 #include "tokenizer/tokenizer.h"
-#endif
 
 namespace {
 
@@ -69,7 +67,6 @@ void BM_Render(benchmark::State& state, const char* model) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
 }
 
-#ifdef INFERA_HAVE_TOKENIZER
 // Google Benchmark calls each benchmark function several times; loading a tokenizer.json
 // takes long, so each model's tokenizer is loaded once per process.
 absl::StatusOr<infera::tokenizer::Tokenizer*> LoadTokenizer(const std::string& dir) {
@@ -221,7 +218,6 @@ BENCHMARK_CAPTURE(BM_RenderAndTokenizeWarm, gemma3, "gemma3")->Unit(benchmark::k
 BENCHMARK_CAPTURE(BM_RenderAndTokenize, qwen3, "qwen3")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_RenderAndTokenize, llama3, "llama3")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_RenderAndTokenize, gemma3, "gemma3")->Unit(benchmark::kMicrosecond);
-#endif
 
 void BM_RenderFromText(benchmark::State& state, const char* model) {
   std::string dir = std::string(kFixtures) + "/tokenizer-" + model + "/models";

@@ -12,10 +12,12 @@
 #include "events/event_encoder.h"
 #include "events/fake_engine_cache.h"
 #include "events/publisher.h"
-#include "events/wait_for.h"
+#include "testing/wait_for.h"
 
 namespace infera::events {
 namespace {
+
+using testing::WaitFor;
 
 std::vector<core::BlockHash> View(const KvEventIngestor& ing, core::TargetId id) {
   return ing.WithIndex([&](const core::KvIndex& index) {

@@ -10,6 +10,7 @@
 #include "http/client.h"
 #include "http/fd_limit.h"
 #include "http/server.h"
+#include "testing/wait_for.h"
 
 namespace infera::http {
 namespace {
@@ -17,15 +18,7 @@ namespace {
 using tcp = asio::ip::tcp;
 using namespace std::chrono_literals;
 
-// Polls `cond` for up to 10 s.
-template <typename F>
-bool WaitFor(F cond) {
-  for (int i = 0; i < 1000; ++i) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return cond();
-}
+using infera::testing::WaitFor;
 
 Deadline In(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
 

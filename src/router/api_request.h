@@ -46,7 +46,7 @@ struct ApiRequest {
   std::optional<std::vector<core::TokenId>> prompt_tokens;
   size_t estimated_tokens = 0;  // bytes / 4 of the prompt text (>= 1)
   std::vector<uint64_t> image_keys;
-  std::string session_id;  // session_id, prompt_cache_key or X-Session-Id
+  std::string session_id;  // the body's session_id or prompt_cache_key (routing: not yet)
 };
 
 // Parses `body` for `kind`. REQUIRES: nothing; any input is handled.

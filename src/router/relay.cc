@@ -71,9 +71,12 @@ http::Awaitable<void> Relay::Stream(RequestContext& ctx, UpstreamResponse& respo
       ctx.outcome = Outcome::kUpstreamError;
       std::string msg =
           "worker " + worker_id + " failed mid-stream: " + std::string(piece.status().message());
-      co_await w.WriteChunk(transform != nullptr
-                                ? transform->ErrorEvent(msg)
-                                : "data: " + OpenAiErrorBody(502, msg, nullptr) + "\n\n");
+      // A named string, not a conditional inside co_await: g++ 12 mis-handles the
+      // temporaries of a conditional expression across a suspension point.
+      std::string event = transform != nullptr
+                              ? transform->ErrorEvent(msg)
+                              : "data: " + OpenAiErrorBody(502, msg, nullptr) + "\n\n";
+      co_await w.WriteChunk(event);
       co_await w.EndStream();
       co_return;
     }

@@ -9,10 +9,7 @@
 #include <vector>
 
 #include "template/chat_template.h"
-
-#ifdef INFERA_HAVE_TOKENIZER
 #include "tokenizer/tokenizer.h"
-#endif
 
 namespace infera::chat {
 
@@ -59,7 +56,6 @@ int RunRenderCommand(int argc, char** argv) {
     std::fwrite(prompt->data(), 1, prompt->size(), stdout);
     return std::fflush(stdout) == 0 ? 0 : 1;
   }
-#ifdef INFERA_HAVE_TOKENIZER
   auto tokenizer = tokenizer::Tokenizer::Load(tokenizer_path);
   if (!tokenizer.ok()) {
     std::cerr << "render: " << tokenizer.status().message() << "\n";
@@ -74,10 +70,6 @@ int RunRenderCommand(int argc, char** argv) {
   out += "]";
   std::fwrite(out.data(), 1, out.size(), stdout);
   return std::fflush(stdout) == 0 ? 0 : 1;
-#else
-  std::cerr << "render: --tokens: tokenizer unavailable in this build\n";
-  return 1;
-#endif
 }
 
 }  // namespace infera::chat

@@ -6,8 +6,7 @@
 // tokens with normalized=true on each normalized piece (their content normalized too).
 //
 // Thread-safety: immutable after construction.
-#ifndef INFERA_TOKENIZER_ADDED_VOCABULARY_H_
-#define INFERA_TOKENIZER_ADDED_VOCABULARY_H_
+#pragma once
 
 #include <array>
 #include <cstdint>
@@ -87,5 +86,3 @@ class AddedVocabulary {
 };
 
 }  // namespace infera::tokenizer
-
-#endif  // INFERA_TOKENIZER_ADDED_VOCABULARY_H_

@@ -9,8 +9,7 @@
 //
 // Thread-safety: immutable after FromJson apart from the word -> ids cache, which is
 // sharded and mutex-protected; Tokenize may run concurrently.
-#ifndef INFERA_TOKENIZER_BPE_MODEL_H_
-#define INFERA_TOKENIZER_BPE_MODEL_H_
+#pragma once
 
 #include <array>
 #include <cstdint>
@@ -107,5 +106,3 @@ class BpeModel {
 };
 
 }  // namespace infera::tokenizer
-
-#endif  // INFERA_TOKENIZER_BPE_MODEL_H_

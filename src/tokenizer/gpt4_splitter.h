@@ -10,8 +10,7 @@
 // The case analysis is in doc/tokenizer.md ("Fast path for GPT-4-style patterns").
 //
 // Thread-safety: immutable; FindAll may run concurrently.
-#ifndef INFERA_TOKENIZER_GPT4_SPLITTER_H_
-#define INFERA_TOKENIZER_GPT4_SPLITTER_H_
+#pragma once
 
 #include <cstddef>
 #include <memory>
@@ -35,5 +34,3 @@ class Gpt4Splitter {
 };
 
 }  // namespace infera::tokenizer
-
-#endif  // INFERA_TOKENIZER_GPT4_SPLITTER_H_

@@ -2,8 +2,7 @@
 // Lowercase, Replace (String or Regex pattern), Prepend, Strip, Sequence of them.
 //
 // Thread-safety: immutable after FromJson; Normalize may run concurrently.
-#ifndef INFERA_TOKENIZER_NORMALIZER_H_
-#define INFERA_TOKENIZER_NORMALIZER_H_
+#pragma once
 
 #include <memory>
 #include <string>
@@ -41,5 +40,3 @@ class Normalizer {
 };
 
 }  // namespace infera::tokenizer
-
-#endif  // INFERA_TOKENIZER_NORMALIZER_H_

@@ -3,8 +3,7 @@
 // RobertaProcessing ([cls] A [sep]), ByteLevel (adds nothing), Sequence.
 //
 // Thread-safety: immutable after FromJson.
-#ifndef INFERA_TOKENIZER_POST_PROCESSOR_H_
-#define INFERA_TOKENIZER_POST_PROCESSOR_H_
+#pragma once
 
 #include <cstdint>
 #include <memory>
@@ -33,5 +32,3 @@ class PostProcessor {
 };
 
 }  // namespace infera::tokenizer
-
-#endif  // INFERA_TOKENIZER_POST_PROCESSOR_H_

@@ -255,8 +255,11 @@ void PreTokenizer::ApplyStep(const Step& step, const Word& piece, std::vector<Wo
     case Kind::kByteLevel: {
       std::string_view base = text;
       if (step.add_prefix_space && (text.empty() || text[0] != ' ')) {
-        storage->push_back(" " + std::string(text));
-        base = storage->back();
+        // Built by append, not `" " + std::string(text)`: g++ 12 -O3 reports a false
+        // -Wrestrict in operator+(const char*, string&&) (GCC bug 105329).
+        std::string& spaced = storage->emplace_back(1, ' ');
+        spaced.append(text);
+        base = spaced;
       }
       if (!step.use_regex) {
         if (!base.empty()) out->push_back({base, piece.at_origin});

@@ -9,8 +9,7 @@
 // must therefore be the last step.
 //
 // Thread-safety: immutable after FromJson; PreTokenize may run concurrently.
-#ifndef INFERA_TOKENIZER_PRE_TOKENIZER_H_
-#define INFERA_TOKENIZER_PRE_TOKENIZER_H_
+#pragma once
 
 #include <deque>
 #include <memory>
@@ -82,5 +81,3 @@ class PreTokenizer {
 };
 
 }  // namespace infera::tokenizer
-
-#endif  // INFERA_TOKENIZER_PRE_TOKENIZER_H_

@@ -15,8 +15,7 @@
 // Usage:
 //   PrefixCachingEncoder enc(*tokenizer, /*capacity=*/256);
 //   std::vector<uint32_t> ids = enc.Encode(rendered_prompt);
-#ifndef INFERA_TOKENIZER_PREFIX_CACHING_ENCODER_H_
-#define INFERA_TOKENIZER_PREFIX_CACHING_ENCODER_H_
+#pragma once
 
 #include <cstddef>
 #include <cstdint>
@@ -55,5 +54,3 @@ class PrefixCachingEncoder {
 };
 
 }  // namespace infera::tokenizer
-
-#endif  // INFERA_TOKENIZER_PREFIX_CACHING_ENCODER_H_

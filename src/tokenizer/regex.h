@@ -4,8 +4,7 @@
 //
 // Thread-safety: immutable after Compile; FindAll may run concurrently (per-thread
 // match data and JIT stack).
-#ifndef INFERA_TOKENIZER_REGEX_H_
-#define INFERA_TOKENIZER_REGEX_H_
+#pragma once
 
 #include <cstddef>
 #include <memory>
@@ -40,5 +39,3 @@ class Regex {
 };
 
 }  // namespace infera::tokenizer
-
-#endif  // INFERA_TOKENIZER_REGEX_H_

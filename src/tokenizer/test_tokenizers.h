@@ -1,6 +1,5 @@
 // Small synthetic tokenizer.json documents for unit tests.
-#ifndef INFERA_TOKENIZER_TEST_TOKENIZERS_H_
-#define INFERA_TOKENIZER_TEST_TOKENIZERS_H_
+#pragma once
 
 #include <string>
 #include <utility>
@@ -132,5 +131,3 @@ inline nlohmann::json MetaspaceTokenizer() {
 }
 
 }  // namespace infera::tokenizer::testing
-
-#endif  // INFERA_TOKENIZER_TEST_TOKENIZERS_H_

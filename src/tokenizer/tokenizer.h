@@ -15,8 +15,7 @@
 // Thread-safety: a loaded Tokenizer is immutable except for an internal word -> ids
 // cache that is internally synchronised; every const method may be called from any
 // number of threads at once.
-#ifndef INFERA_TOKENIZER_TOKENIZER_H_
-#define INFERA_TOKENIZER_TOKENIZER_H_
+#pragma once
 
 #include <cstddef>
 #include <cstdint>
@@ -76,5 +75,3 @@ class Tokenizer {
 };
 
 }  // namespace infera::tokenizer
-
-#endif  // INFERA_TOKENIZER_TOKENIZER_H_

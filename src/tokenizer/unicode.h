@@ -2,8 +2,7 @@
 // and the character classes Hugging Face tokenizers (Rust `char`) uses.
 //
 // Thread-safety: pure functions.
-#ifndef INFERA_TOKENIZER_UNICODE_H_
-#define INFERA_TOKENIZER_UNICODE_H_
+#pragma once
 
 #include <cstddef>
 #include <string>
@@ -60,5 +59,3 @@ bool IsPunctuation(char32_t c);
 bool IsWordChar(char32_t c);
 
 }  // namespace infera::tokenizer::unicode
-
-#endif  // INFERA_TOKENIZER_UNICODE_H_

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "testing/wait_for.h"
+
 namespace infera::testing {
 
 ChildProcess::ChildProcess(std::vector<std::string> argv, std::string log_path)

@@ -45,26 +45,4 @@ class ChildProcess {
 // A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read, close).
 int PickFreePort();
 
-// Polls condition every poll_ms until it holds or timeout_ms passed; returns its
-// last value. For waiting on real processes, never for measuring them.
-template <typename Condition>
-bool WaitFor(Condition condition, int64_t timeout_ms, int64_t poll_ms = 50);
-
-}  // namespace infera::testing
-
-#include <chrono>
-#include <thread>
-
-namespace infera::testing {
-
-template <typename Condition>
-bool WaitFor(Condition condition, int64_t timeout_ms, int64_t poll_ms) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() >= deadline) return condition();
-    std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
-  }
-  return true;
-}
-
 }  // namespace infera::testing

@@ -14,6 +14,7 @@
 #include "discovery/etcd_discovery.h"
 #include "discovery/etcd_registrar.h"
 #include "etcd_harness.h"
+#include "testing/wait_for.h"
 
 namespace infera::discovery {
 namespace {

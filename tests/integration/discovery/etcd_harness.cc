@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "discovery/etcd_client.h"
+#include "testing/wait_for.h"
 
 namespace infera::testing {
 

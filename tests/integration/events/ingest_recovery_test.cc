@@ -12,10 +12,12 @@
 #include "events/fake_engine_cache.h"
 #include "events/kv_event_ingestor.h"
 #include "events/publisher.h"
-#include "events/wait_for.h"
+#include "testing/wait_for.h"
 
 namespace infera::events {
 namespace {
+
+using testing::WaitFor;
 
 class Recovery : public ::testing::Test {
  protected:
