@@ -101,6 +101,7 @@ nlohmann::json PdSummary(const sim::OfflineResult& r, const OfflineFlags& f) {
         {"decode_instant_spread", MeanInstantSpread(r, p, d)},
         {"prefill_instant_spread", MeanInstantSpread(r, 0, p)},
         {"prefill_load_spread", CoefficientOfVariation(prefill_load)}}}};
+}
 
 // The workload with every arrival multiplied by `factor` (> 0).
 sim::Workload Rescaled(const sim::Workload& w, double factor) {
