@@ -32,6 +32,8 @@ class PdPlannerTest : public ::testing::Test {
     PolicyConfig c;
     c.prefill_overlap_weight = prefill;
     c.decode_overlap_weight = decode;
+    // The arithmetic below is the spec's formula (load = active blocks).
+    c.load_term = LoadTerm::kSpec;
     c.recent_decay = 0;
     return c;
   }

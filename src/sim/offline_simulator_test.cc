@@ -174,9 +174,14 @@ TEST(OfflineSimulatorTest, PdFleetRunsEveryRequestThroughBothLegs) {
     EXPECT_GE(o.finish_ns, o.first_token_ns);
     EXPECT_EQ(o.output_tokens, 8u);
   }
-  // Both pools cache what they hold and the router's index mirrors every engine.
+  // Both pools cache what they hold and the router's index mirrors every engine. At
+  // this light load the work term leaves every prefill with the engine that holds the
+  // groups' shared prefix, so the prefill pool is checked as a whole.
+  EXPECT_GT(r.engine_block_counts[0] + r.engine_block_counts[1], 0u);
   for (size_t e = 0; e < 5; ++e) {
-    EXPECT_GT(r.engine_block_counts[e], 0u) << e;
+    if (e >= 2) {
+      EXPECT_GT(r.engine_block_counts[e], 0u) << e;
+    }
     EXPECT_EQ(r.router_block_counts[e], r.engine_block_counts[e]) << e;
   }
 }
