@@ -131,7 +131,21 @@ def run_fleet(n, routers_spec, chat_tokens):
                     "--router-tokenizer-path", args.tokenizer]
             for port, kv in workers:
                 argv += ["--worker", f"http://127.0.0.1:{port},model_name=m,kv_events_endpoint={kv}"]
-            (port,) = spawn(argv, procs, r"listening on [\d.]+:(\d+)")
+            # --log-level warn: no per-request pick log line inside the timed pick (it would
+            # time the logging); that hides the listening line too, so read the port from ss.
+            p = subprocess.Popen(argv + ["--log-level", "warn"], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+            procs.append(p)
+            port = None
+            for _ in range(400):
+                out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
+                m = re.search(r"127\.0\.0\.1:(\d+)\s.*pid=%d," % p.pid, out)
+                if m:
+                    port = m.group(1)
+                    break
+                time.sleep(0.05)
+            if port is None or p.poll() is not None:
+                sys.exit(f"{path}: did not start")
             routers.append({"name": name, "pid": procs[-1].pid,
                             "conn": http.client.HTTPConnection("127.0.0.1", int(port)),
                             "port": int(port)})
