@@ -25,6 +25,8 @@ mean per stage) are printed as well.
 """
 import argparse, os, re, shutil, signal, subprocess, sys, tempfile, time, json, urllib.request
 
+from chat8k import chat_messages
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--router", required=True)
 ap.add_argument("--fake-worker", required=True)
@@ -82,27 +84,6 @@ def cpu_ticks(pids):
         except OSError:
             pass
     return total
-
-
-def chat_messages(unique_at):
-    """An ~8k-token chat (40 turns of ~800 bytes: prose, code, French, Chinese), like
-    bench/template; the marker "@@UNIQUE@@" goes at the start of message `unique_at`."""
-    sentences = ["The quick brown fox jumps over the lazy dog while the router counts blocks. ",
-                 "def route(request):\n    return min(workers, key=lambda w: w.cost(request))\n",
-                 "Le cache de préfixes évite de recalculer les mêmes jetons déjà vus. ",
-                 "路由器根据缓存命中选择工作节点，以减少首个令牌的延迟。",
-                 "for (int i = 0; i < n; ++i) { total += blocks[i] * weight; }\n"]
-    state = 42
-    msgs = [{"role": "system", "content": "You are a helpful assistant."}]
-    for turn in range(40):
-        content = ""
-        while len(content.encode()) < 800:
-            state = (state * 6364136223846793005 + 1442695040888963407) % (1 << 64)
-            content += sentences[(state >> 33) % 5]
-        msgs.append({"role": "user" if turn % 2 == 0 else "assistant", "content": content})
-    msgs.append({"role": "user", "content": "And finally?"})
-    msgs[unique_at]["content"] = "@@UNIQUE@@ " + msgs[unique_at]["content"]
-    return msgs
 
 
 def write_lua(body_text):
