@@ -312,7 +312,11 @@ def _fleet(argv):
             routers += ["--router", f"{policy}={base}"]
         print(f"{args.prefix}: {args.engines} mock engines, routers: {' '.join(routers)}",
               flush=True)
-        return subprocess.call(cmd + routers + resets)
+        code = subprocess.call(cmd + routers + resets)
+        if code < 0:  # as a shell says it: 128 + the signal
+            print(f"{args.prefix}: {cmd[0]} killed by signal {-code}", flush=True)
+            code = 128 - code
+        return code
 
 
 if __name__ == "__main__":
