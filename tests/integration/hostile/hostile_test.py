@@ -8,23 +8,19 @@ half-sent connections than the router's descriptors allow; a 60,000-level chat
 body to the engine. Every wait is a bounded poll. Exits non-zero on a failure.
 Usage: hostile_test.py --router BIN --engine BIN --tokenizer-dir DIR [--only NAME]
 """
-import argparse
 import json
 import os
 import re
-import resource
 import socket
-import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sim"))
-import sim_harness  # noqa: E402
-from sim_harness import Processes, check, http, poll, raw, start_engine, start_router  # noqa: E402
-from sim_harness import worker_flag  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import Processes, check, http, poll, raw, start_engine, start_router  # noqa: E402
+from harness import parse_flags, worker_flag  # noqa: E402
 
 ARGS = None
 
@@ -156,17 +152,9 @@ def test_bad_bytes(router_base):
 
 def start_limited_router(procs, name, worker, soft, hard):
     """infera-router with RLIMIT_NOFILE (soft, hard); returns (Proc, port)."""
-    def preexec():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-        sim_harness._die_with_parent()
-    log = os.path.join(procs.dir, name + ".log")
-    with open(log, "w") as out:
-        p = subprocess.Popen([ARGS.router, "--host", "127.0.0.1", "--port", "0",
+    proc = procs.start(name, [ARGS.router, "--host", "127.0.0.1", "--port", "0",
                               "--kv-event-transport", "none", "--worker", worker],
-                             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             preexec_fn=preexec)
-    proc = sim_harness.Proc(p, name, log)
-    procs.procs.append(proc)
+                       nofile=(soft, hard))
     port = int(proc.wait_line(r"infera-router listening on \S*:(\d+)").group(1))
     return proc, port
 
@@ -243,12 +231,7 @@ def test_engine_depth_limit(procs, plain_engine_base):
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--router", required=True)
-    ap.add_argument("--engine", required=True)
-    ap.add_argument("--tokenizer-dir", required=True)
-    ap.add_argument("--only", default="")
-    ARGS = ap.parse_args()
+    ARGS = parse_flags("router", "engine", "tokenizer-dir", only="")
     with Processes() as procs:
         engines = []
         for i in range(2):

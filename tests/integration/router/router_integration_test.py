@@ -10,66 +10,20 @@ end to end (the prefix holder gets both requests; cache-view; pick log hits),
 `promtool check metrics`, no leaked load, and graceful shutdown on SIGTERM.
 Exits non-zero on the first failure. Waits are bounded polls, never fixed sleeps.
 """
-import argparse, http.client, json, os, re, signal, socket, subprocess, sys, threading, time
+import http.client, json, os, re, signal, socket, subprocess, sys, threading
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import harness  # noqa: E402
+from harness import check, free_port, poll, raw  # noqa: E402
 
 ARGS = None
-PROCS = []
+PROCS = harness.Processes()
 
 
-def fail(msg):
-    print("FAIL:", msg, flush=True)
-    raise SystemExit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-
-
-class Proc:
-    """A child process whose merged output is collected line by line."""
-
-    def __init__(self, argv, name):
-        self.name = name
-        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines = []
-        self.lock = threading.Lock()
-        threading.Thread(target=self._read, daemon=True).start()
-        PROCS.append(self)
-
-    def _read(self):
-        for line in self.p.stdout:
-            with self.lock:
-                self.lines.append(line.rstrip("\n"))
-
-    def wait_line(self, pattern, timeout=30):
-        rx = re.compile(pattern)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            with self.lock:
-                for l in self.lines:
-                    m = rx.search(l)
-                    if m:
-                        return m
-            if self.p.poll() is not None:
-                fail(f"{self.name} exited ({self.p.returncode}):\n" + "\n".join(self.lines[-30:]))
-            time.sleep(0.02)
-        fail(f"{self.name}: no line matching {pattern!r}:\n" + "\n".join(self.lines[-30:]))
-
-    def grep(self, pattern):
-        rx = re.compile(pattern)
-        with self.lock:
-            return [l for l in self.lines if rx.search(l)]
-
-
-def poll(cond, what, timeout=15):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.02)
-    fail("timed out waiting for " + what)
+def Proc(argv, name):
+    """Starts argv under PROCS (output in a log file; see harness.Processes)."""
+    return PROCS.start(name, argv)
 
 
 def request(port, method, path, body=None, headers=None, timeout=30):
@@ -90,23 +44,6 @@ def get_json(port, path):
     return json.loads(b)
 
 
-def raw(port, data, read=True, timeout=10):
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    s.sendall(data)
-    out = b""
-    if read:
-        try:
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                out += chunk
-        except (ConnectionResetError, socket.timeout):
-            pass
-    s.close()
-    return out
-
-
 def metrics(port):
     s, _, b = request(port, "GET", "/metrics")
     check(s == 200, "metrics status")
@@ -119,32 +56,19 @@ def metric_value(text, name):
 
 
 def start_worker(name, *extra):
-    w = Proc([ARGS.fake_worker, "--name", name, *extra], name)
-    port = int(w.wait_line(r"listening on (\d+)").group(1))
-    kv = None
-    if "--kv-events-port" in extra:
-        kv = w.wait_line(r"kv-events on (\S+)").group(1)
-    return w, port, kv
+    return harness.start_fake_worker(PROCS, ARGS.fake_worker, name, *extra)
 
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--router", required=True)
-    ap.add_argument("--fake-worker", required=True)
-    ap.add_argument("--node-modules", required=True)
-    ap.add_argument("--scripts", required=True)
-    ARGS = ap.parse_args()
+    ARGS = harness.parse_flags("router", "fake-worker", "node-modules", "scripts")
 
     wa, pa, kva = start_worker("A", "--kv-events-port", "0")
     wb, pb, kvb = start_worker("B", "--kv-events-port", "0")
     ws, ps, _ = start_worker("S", "--chunks", "200", "--chunk-delay-ms", "20")
     wf, pf, _ = start_worker("F", "--fail-status", "500")
     wo, po, _ = start_worker("O")
-    dead = socket.socket()
-    dead.bind(("127.0.0.1", 0))
-    dead_port = dead.getsockname()[1]
-    dead.close()  # nothing listens there: connect is refused
+    dead_port = free_port()  # nothing listens there: connect is refused
 
     workers = [
         f"http://127.0.0.1:{pa},model_name=fake-model,kv_events_endpoint={kva}",
@@ -276,13 +200,5 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
+    with PROCS:
         main()
-    finally:
-        for p in PROCS:
-            if p.p.poll() is None:
-                p.p.terminate()
-                try:
-                    p.p.wait(5)
-                except subprocess.TimeoutExpired:
-                    p.p.kill()

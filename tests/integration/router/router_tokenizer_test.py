@@ -9,10 +9,13 @@ so a render that reordered keys would change the ids. A multi-turn follow-up
 (same prefix, one more turn) must count its blocks the same way, and a string
 completion prompt is tokenized too. Waits are bounded polls.
 """
-import argparse, json, os, subprocess, sys
+import json, os, subprocess, sys
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import router_integration_test as rit  # Proc, poll, request, get_json, check, fail
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import harness  # noqa: E402  check, fail, poll
+import router_integration_test as rit  # noqa: E402  Proc, PROCS, request, get_json, start_worker
 
 BLOCK = 16
 
@@ -20,26 +23,22 @@ BLOCK = 16
 def render_ids(router, tok_dir, body):
     r = subprocess.run([router, "render", "--router-tokenizer-path", tok_dir, "--tokens"],
                        input=json.dumps(body), capture_output=True, text=True, timeout=120)
-    rit.check(r.returncode == 0, f"render --tokens failed: {r.stderr}")
+    harness.check(r.returncode == 0, f"render --tokens failed: {r.stderr}")
     return json.loads(r.stdout)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--router", required=True)
-    ap.add_argument("--fake-worker", required=True)
-    ap.add_argument("--tokenizer-dir", required=True)
-    args = ap.parse_args()
+    args = harness.parse_flags("router", "fake-worker", "tokenizer-dir")
     rit.ARGS = args
     if not os.path.exists(os.path.join(args.tokenizer_dir, "tokenizer.json")):
-        rit.fail(f"no tokenizer.json in {args.tokenizer_dir} (run scripts/fetch-fixtures)")
+        harness.fail(f"no tokenizer.json in {args.tokenizer_dir} (run scripts/fetch-fixtures)")
 
     worker, wport, _ = rit.start_worker("T")
     router = rit.Proc([args.router, "--host", "127.0.0.1", "--port", "0", "--threads", "2",
                        "--router-policy", "kv-aware", "--router-tokenizer-path", args.tokenizer_dir,
                        "--worker", f"http://127.0.0.1:{wport},model_name=qwen"], "router")
     rp = int(router.wait_line(r"listening on [\d.]+:(\d+)", timeout=120).group(1))
-    rit.poll(lambda: rit.get_json(rp, "/health")["active_workers"] == 1, "1 worker")
+    harness.poll(lambda: rit.get_json(rp, "/health")["active_workers"] == 1, "1 worker")
 
     system = ("You are a meticulous assistant for a logistics company. " * 40).strip()
     tools = [{"type": "function", "function": {
@@ -58,9 +57,9 @@ def main():
         rid = f"tok-{i}"
         s, _, b = rit.request(rp, "POST", "/v1/chat/completions", body,
                               {"X-Infera-Request-Id": rid})
-        rit.check(s == 200, f"chat {i}: {s} {b[:200]!r}")
+        harness.check(s == 200, f"chat {i}: {s} {b[:200]!r}")
         m = router.wait_line(rf"pick policy=kv-aware .*request_id={rid} .*request_blocks=(\d+)")
-        rit.check(int(m.group(1)) == len(ids) // BLOCK,
+        harness.check(int(m.group(1)) == len(ids) // BLOCK,
                   f"chat {i}: request_blocks {m.group(1)} != {len(ids)} ids // {BLOCK}")
         print(f"chat {i}: {len(ids)} tokens, {len(ids) // BLOCK} blocks OK", flush=True)
 
@@ -69,23 +68,15 @@ def main():
     s, _, b = rit.request(rp, "POST", "/v1/completions",
                           {"model": "qwen", "prompt": prompt, "max_tokens": 4},
                           {"X-Infera-Request-Id": "tok-c"})
-    rit.check(s == 200, f"completion: {s} {b[:200]!r}")
+    harness.check(s == 200, f"completion: {s} {b[:200]!r}")
     m = router.wait_line(r"pick policy=kv-aware .*request_id=tok-c .*request_blocks=(\d+)")
-    rit.check(int(m.group(1)) > 0, "completion prompt was not tokenized")
+    harness.check(int(m.group(1)) > 0, "completion prompt was not tokenized")
 
     router.p.terminate()
-    rit.check(router.p.wait(30) == 0, "router exit code")
+    harness.check(router.p.wait(30) == 0, "router exit code")
     print("router tokenizer OK", flush=True)
 
 
 if __name__ == "__main__":
-    try:
+    with rit.PROCS:
         main()
-    finally:
-        for p in rit.PROCS:
-            if p.p.poll() is None:
-                p.p.terminate()
-                try:
-                    p.p.wait(5)
-                except subprocess.TimeoutExpired:
-                    p.p.kill()

@@ -13,9 +13,10 @@ import urllib.request
 import msgpack
 import zmq
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sim_harness import Processes, check, http, poll, start_engine as harness_start_engine  # noqa: E402
-from sim_harness import start_router, worker_flag  # noqa: E402
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import Processes, check, http, poll, start_engine as harness_start_engine  # noqa: E402
+from harness import start_router, worker_flag  # noqa: E402
 
 BUILD = sys.argv[1]
 ENGINE = os.path.join(BUILD, "apps/infera-mock-engine/infera-mock-engine")

@@ -28,8 +28,9 @@ import re
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sim_harness import Processes, check, http, start_engine, start_router, worker_flag  # noqa: E402
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import Processes, check, http, start_engine, start_router, worker_flag  # noqa: E402
 
 ENGINES = 4
 BLOCKS = 65536       # per engine (see above; the longest request needs 7,620)

@@ -15,8 +15,9 @@ import sys
 import urllib.error
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sim_harness import Processes, check, http, start_engine  # noqa: E402
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import Processes, check, http, start_engine  # noqa: E402
 
 BUILD = sys.argv[1]
 ENGINE = os.path.join(BUILD, "apps/infera-mock-engine/infera-mock-engine")

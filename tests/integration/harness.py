@@ -1,4 +1,10 @@
-"""Process and HTTP helpers shared by the sim integration tests.
+"""The one process and HTTP harness of the Python integration tests and scripts/demo.
+
+Used by tests/integration/{router,hostile,sim}/*.py (they put tests/integration on
+sys.path) and run as a script by scripts/demo (`harness.py fleet ... -- CMD`, below).
+It starts the real processes (infera-router, infera-mock-engine, fake_worker, etcd,
+infera-register) on OS-picked ports (port 0, or `free_port()`'s bind probe where a
+program needs a number up front), and has the raw-socket helper `raw()`.
 
 Contract: every child started through `Processes` writes its merged stdout/stderr
 to a log file in a private temporary directory (never an unread pipe, so a chatty
@@ -8,14 +14,17 @@ so a ctest timeout that kills the test leaves nothing behind), and is terminated
 `with Processes() as procs:`. Waits are bounded polls, never fixed sleeps.
 Thread-safety: none; use from the test's main thread.
 """
+import argparse
 import ctypes
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -29,11 +38,27 @@ def _die_with_parent():
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def parse_flags(*required, **optional):
+    """The test's command line: each name in `required` is a mandatory --name VALUE;
+    each keyword an optional --key VALUE (underscores as dashes) with that default."""
+    ap = argparse.ArgumentParser()
+    for name in required:
+        ap.add_argument("--" + name, required=True)
+    for name, default in optional.items():
+        ap.add_argument("--" + name.replace("_", "-"), default=default)
+    return ap.parse_args()
+
+
 def check(cond, what):
     """Raises AssertionError(what) unless cond; prints 'ok: what' otherwise."""
     if not cond:
         raise AssertionError(what)
     print("ok:", what, flush=True)
+
+
+def fail(what):
+    """Raises AssertionError(what): a test's failure with no condition to check."""
+    raise AssertionError(what)
 
 
 def poll(fn, what, timeout=20, interval=0.05):
@@ -60,22 +85,34 @@ def http(method, url, body=None, timeout=30):
         return e.code, e.read().decode(), dict(e.headers)
 
 
-def raw(port, data, timeout=10):
+def raw(port, data, read=True, timeout=10):
     """Sends bytes on a fresh connection to 127.0.0.1:port; returns every byte read
-    until the peer closes (or resets, or `timeout` s pass without a byte)."""
+    until the peer closes (or resets, or `timeout` s pass without a byte). With
+    read=False it closes right after sending (a client that vanishes) and returns b""."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     s.sendall(data)
     out = b""
-    try:
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            out += chunk
-    except (ConnectionResetError, socket.timeout):
-        pass
+    if read:
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+        except (ConnectionResetError, socket.timeout):
+            pass
     s.close()
     return out
+
+
+def free_port():
+    """A port nothing listens on right now (bind probe on 127.0.0.1:0), for programs
+    that need a number up front (etcd) or for a worker address that refuses connects."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
 
 
 class Proc:
@@ -87,6 +124,11 @@ class Proc:
     def output(self):
         with open(self.log, errors="replace") as f:
             return f.read()
+
+    def grep(self, pattern):
+        """Every output line so far that matches `pattern`."""
+        rx = re.compile(pattern)
+        return [line for line in self.output().splitlines() if rx.search(line)]
 
     def tail(self, lines=30):
         return "\n".join(self.output().splitlines()[-lines:])
@@ -109,10 +151,14 @@ class Proc:
 class Processes:
     """Owns the children of one test run (and their log directory)."""
 
-    def __init__(self, keep_logs=False):
-        self.dir = tempfile.mkdtemp(prefix="infera-sim-test-")
+    def __init__(self, keep_logs=False, log_dir=None):
+        """Logs go to a fresh temporary directory (removed by stop_all unless
+        keep_logs), or to `log_dir` (created; always kept)."""
+        if log_dir:
+            os.makedirs(log_dir, exist_ok=True)
+        self.dir = log_dir or tempfile.mkdtemp(prefix="infera-test-")
         self.procs = []
-        self.keep_logs = keep_logs
+        self.keep_logs = keep_logs or bool(log_dir)
 
     def __enter__(self):
         return self
@@ -123,12 +169,17 @@ class Processes:
         self.stop_all()
         return False
 
-    def start(self, name, argv):
+    def start(self, name, argv, nofile=None):
+        """Starts argv with its output in `<dir>/<name>.log`. nofile=(soft, hard) sets
+        the child's RLIMIT_NOFILE."""
+        def preexec():
+            if nofile:
+                resource.setrlimit(resource.RLIMIT_NOFILE, nofile)
+            _die_with_parent()
         log = os.path.join(self.dir, f"{name}.log")
-        out = open(log, "w")
-        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             preexec_fn=_die_with_parent)
-        out.close()
+        with open(log, "w") as out:
+            p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, preexec_fn=preexec)
         proc = Proc(p, name, log)
         self.procs.append(proc)
         return proc
@@ -203,3 +254,72 @@ def start_router(procs, router_bin, workers, *extra, name="router"):
         return status == 200 and len(json.loads(body)["workers"]) == len(workers)
     poll(all_listed, f"router lists its {len(workers)} workers")
     return proc, base
+
+
+def start_fake_worker(procs, fake_worker_bin, name, *extra):
+    """Starts tests/integration/router's fake_worker on an OS-picked port.
+
+    Returns (Proc, port, kv) where kv is its ZMQ endpoint when started with
+    --kv-events-port, else None.
+    """
+    w = procs.start(name, [fake_worker_bin, "--name", name, *extra])
+    port = int(w.wait_line(r"listening on (\d+)").group(1))
+    kv = None
+    if "--kv-events-port" in extra:
+        kv = w.wait_line(r"kv-events on (\S+)").group(1)
+    return w, port, kv
+
+
+def start_etcd(procs, name, data_dir, client_port, peer_port):
+    """Starts a one-member etcd (Debian etcd-server) on the given ports and data dir
+    (a restart on the same dir keeps its leases); returns its Proc once it serves."""
+    client, peer = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+    proc = procs.start(name, ["etcd", "--name", "t", "--data-dir", data_dir,
+                              "--listen-client-urls", client, "--advertise-client-urls", client,
+                              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                              "--initial-cluster", f"t={peer}"])
+    proc.wait_line(r"ready to serve client requests")
+    return proc
+
+
+def _fleet(argv):
+    """`harness.py fleet [options] -- CMD ...`: starts --engines mock engines and one
+    router per policy (static discovery), runs CMD with `--router POLICY=URL` and
+    `--reset-engine URL` appended, stops everything, exits with CMD's status."""
+    if "--" not in argv:
+        raise SystemExit("harness.py fleet: usage: fleet [options] -- CMD ...")
+    cut = argv.index("--")
+    ap = argparse.ArgumentParser(prog="harness.py fleet")
+    ap.add_argument("--engine", required=True, help="infera-mock-engine binary")
+    ap.add_argument("--router", required=True, help="infera-router binary")
+    ap.add_argument("--engines", type=int, default=4)
+    ap.add_argument("--policies", default="kv-aware,round-robin")
+    ap.add_argument("--engine-args", default="", help="extra engine flags (one string)")
+    ap.add_argument("--log-dir", required=True)
+    ap.add_argument("--prefix", default="harness", help="what the status line starts with")
+    args = ap.parse_args(argv[:cut])
+    cmd = argv[cut + 1:]
+    with Processes(log_dir=args.log_dir) as procs:
+        workers, resets = [], []
+        for i in range(args.engines):
+            _, f = start_engine(procs, args.engine, f"engine{i}", *args.engine_args.split())
+            workers.append(worker_flag(f))
+            resets += ["--reset-engine", f"http://127.0.0.1:{f['port']}"]
+        routers = []
+        for policy in args.policies.split(","):
+            _, base = start_router(procs, args.router, workers, "--router-policy", policy,
+                                   name=f"router-{policy}")
+            routers += ["--router", f"{policy}={base}"]
+        print(f"{args.prefix}: {args.engines} mock engines, routers: {' '.join(routers)}",
+              flush=True)
+        code = subprocess.call(cmd + routers + resets)
+        if code < 0:  # as a shell says it: 128 + the signal
+            print(f"{args.prefix}: {cmd[0]} killed by signal {-code}", flush=True)
+            code = 128 - code
+        return code
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] != "fleet":
+        raise SystemExit("usage: harness.py fleet [options] -- CMD ...")
+    sys.exit(_fleet(sys.argv[2:]))
