@@ -41,6 +41,9 @@ ap.add_argument("--rounds", type=int, default=1,
 ap.add_argument("--verbose", action="store_true", help="print each wrk run's output")
 ap.add_argument("--targets", default="direct,rr,kv,nginx",
                 help="comma list of direct, rr, kv, nginx (direct and nginx are the baselines)")
+ap.add_argument("--baseline-router", default="",
+                help="another infera-router binary (e.g. an older commit's) measured beside "
+                     "--router in the same rounds, with the same rr/kv targets")
 args = ap.parse_args()
 
 procs = []
@@ -170,8 +173,8 @@ try:
     body_text = json.dumps({"model": "m", "messages": messages, "max_tokens": 1}, ensure_ascii=False)
     body_file = write_lua(body_text)
 
-    def router(policy):
-        argv = [args.router, "--host", "127.0.0.1", "--port", "0", "--threads", str(args.router_threads),
+    def router(policy, binary=args.router):
+        argv = [binary, "--host", "127.0.0.1", "--port", "0", "--threads", str(args.router_threads),
                 "--router-policy", policy, "--log-level", "warn", "--kv-event-transport", "none"]
         if args.tokenizer:
             argv += ["--router-tokenizer-path", args.tokenizer]
@@ -192,6 +195,9 @@ try:
     wanted = args.targets.split(",")
     rr = router("round-robin") if "rr" in wanted else None
     kv = router("kv-aware") if "kv" in wanted else None
+    base = args.baseline_router
+    base_rr = router("round-robin", base) if base and "rr" in wanted else None
+    base_kv = router("kv-aware", base) if base and "kv" in wanted else None
 
     conf = os.path.join(tmp, "nginx.conf")
     nginx_port = 0
@@ -222,6 +228,8 @@ http {{
     targets = [("direct (worker A)", wports[0], [procs[0].pid]),
                ("infera-router round-robin", rr[0], [rr[1]]) if rr else None,
                ("infera-router kv-aware", kv[0], [kv[1]]) if kv else None,
+               ("infera-router (baseline) round-robin", base_rr[0], [base_rr[1]]) if base_rr else None,
+               ("infera-router (baseline) kv-aware", base_kv[0], [base_kv[1]]) if base_kv else None,
                ("nginx round-robin", nginx_port, [ng.pid])]
     targets = [t for t in targets if t is not None and
                ({"direct (worker A)": "direct", "nginx round-robin": "nginx"}.get(t[0]) in wanted or

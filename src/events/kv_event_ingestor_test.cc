@@ -64,7 +64,11 @@ TEST(KvEventIngestor, ConvergesAndCatchesUpThroughReplay) {
     last = pub->Publish(engine.NextBatch());
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  ASSERT_TRUE(WaitFor([&] { return LastSeq(ing) == last; }));
+  // A slow joiner under load may miss all 50: go on until one is seen.
+  ASSERT_TRUE(WaitFor([&] {
+    if (!LastSeq(ing)) last = pub->Publish(engine.NextBatch());
+    return LastSeq(ing) == last;
+  }));
   EXPECT_EQ(View(ing, id), engine.TruthRouterHashes());
   EXPECT_TRUE(ing.TargetStatuses()[0].complete);
   EXPECT_GE(ing.counters().replays.load(), 1u);
@@ -111,7 +115,13 @@ TEST(KvEventIngestor, ReadersRunConcurrentlyWithIngestion) {
       ing.RemoveTarget({"other:1", 0});
     }
   }
-  EXPECT_TRUE(WaitFor([&] { return LastSeq(ing) == last; }));
+  // Under load the subscription can go live only after the loop (a slow joiner: PUB
+  // drops what it sends before that): keep the stream going until the ingestor has seen
+  // it; its first message replays the rest from 0.
+  EXPECT_TRUE(WaitFor([&] {
+    if (!LastSeq(ing)) last = pub->Publish(engine.NextBatch());
+    return LastSeq(ing) == last;
+  }));
   done.store(true);
   for (auto& r : readers) r.join();
   EXPECT_GT(lookups.load(), 0u);
@@ -200,10 +210,6 @@ TEST(KvEventIngestor, HungReplayDoesNotStallOtherTargets) {
 // A failed replay backs off: gaps during the backoff resync the target from the live
 // stream instead of replaying again (before: every gap cost a full replay timeout).
 TEST(KvEventIngestor, FailedReplayBacksOffAndGapsResync) {
-  // KNOWN DEFECT (session 3, open in issue 12's note): on the merged tree this fails
-  // (after the failed replay the live stream is not applied again within 30 s). To be
-  // fixed, not hidden: remove this skip with the fix.
-  GTEST_SKIP() << "fails on the merged tree; see issue 12's note";
   SilentReplay silent;
   auto bad = MakePublisher();
   FakeEngineCache engine({.seed = 4, .capacity_blocks = 256});
