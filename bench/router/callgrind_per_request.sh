@@ -49,4 +49,5 @@ callgrind_control -z "$RPID" >/dev/null
 n=$(wrk -t 1 -c 4 -d 5s -s "$T/post.lua" "$url" | awk '/requests in/ {print $1}')
 callgrind_control -d "$RPID" >/dev/null
 ir=$(callgrind_annotate "$T/cg.out.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+[ -n "${CG_OUT:-}" ] && cp "$T/cg.out.1" "$CG_OUT"
 echo "policy=$POLICY requests=$n Ir/request=$((ir / n))"

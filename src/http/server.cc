@@ -165,21 +165,39 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The deadline of a read (header or body). Beast's own stream timeout closes the
   // socket, which leaves no way to answer 408; this one cancels the read and sets
   // read_timed_out_, and the socket stays open for the answer.
+  // One timer wait per connection, re-armed lazily: arming and disarming only move
+  // read_deadline_ (a keep-alive request costs a clock read, not a timer operation);
+  // the wait, when it fires, sleeps again until the current deadline, and is restarted
+  // only when a new deadline is earlier than the one it waits for.
   void ArmReadDeadline(int64_t ms) {
     stream_.expires_never();
     read_timed_out_ = false;
+    read_deadline_ = SteadyClock::now() + std::chrono::milliseconds(ms);
+    if (!read_wait_pending_ || read_timer_.expiry() > read_deadline_) StartReadWait();
+  }
+  void DisarmReadDeadline() { read_deadline_ = SteadyClock::time_point::max(); }
+  // At the end of the connection: the pending wait completes now (it holds `this`).
+  void StopReadDeadline() {
+    DisarmReadDeadline();
+    ++read_gen_;
+    read_timer_.cancel();
+  }
+  void StartReadWait() {
     const uint64_t gen = ++read_gen_;
-    read_timer_.expires_after(std::chrono::milliseconds(ms));
+    read_wait_pending_ = true;
+    read_timer_.expires_at(read_deadline_);  // a pending wait completes as superseded
     read_timer_.async_wait([self = shared_from_this(), gen](const beast::error_code& ec) {
-      if (ec || gen != self->read_gen_) return;
+      if (gen != self->read_gen_) return;  // superseded or stopped
+      self->read_wait_pending_ = false;
+      if (ec || self->read_deadline_ == SteadyClock::time_point::max()) return;
+      if (SteadyClock::now() < self->read_deadline_) {
+        self->StartReadWait();  // moved on since this wait began
+        return;
+      }
       self->read_timed_out_ = true;
       beast::error_code cec;
       self->stream_.socket().cancel(cec);
     });
-  }
-  void DisarmReadDeadline() {
-    ++read_gen_;
-    read_timer_.cancel();
   }
 
   Server& server_;
@@ -189,7 +207,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool idle_ = true;
   bool keep_alive_ = true;
   bool head_request_ = false;  // the request being answered is HEAD: no body
+  using SteadyClock = asio::steady_timer::clock_type;
   asio::steady_timer read_timer_;
+  SteadyClock::time_point read_deadline_ = SteadyClock::time_point::max();
+  bool read_wait_pending_ = false;
   uint64_t read_gen_ = 0;
   bool read_timed_out_ = false;
   // The disconnect watch of the request being handled (one read on the socket, no
@@ -315,10 +336,10 @@ Awaitable<void> Connection::Run() {
       co_await bhttp::async_write(stream_, cont, NoThrow(wec));
       if (wec) break;
     }
-    ArmReadDeadline(opt.request_timeout_ms);
     beast::error_code rec;
+    read_timed_out_ = false;
     // The body usually arrived with the header: parse what is buffered in place and
-    // read from the socket only if more is needed.
+    // read from the socket (under the body deadline) only if more is needed.
     while (!parser.is_done() && buffer_.size() > 0) {
       size_t used = parser.put(buffer_.data(), rec);
       buffer_.consume(used);
@@ -326,9 +347,10 @@ Awaitable<void> Connection::Run() {
       if (rec || used == 0) break;
     }
     if (!rec && !parser.is_done()) {
+      ArmReadDeadline(opt.request_timeout_ms);
       co_await bhttp::async_read(stream_, buffer_, parser, NoThrow(rec));
+      DisarmReadDeadline();
     }
-    DisarmReadDeadline();
     if (rec) {
       if (read_timed_out_) {
         co_await SendError(
@@ -400,7 +422,7 @@ Awaitable<void> Connection::Run() {
     }
     if (!writer.finished() || writer.failed() || writer.client_gone() || !keep_alive_) break;
   }
-  DisarmReadDeadline();
+  StopReadDeadline();
   beast::error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
   stream_.socket().close(ec);
