@@ -1,10 +1,13 @@
 #include "online_command.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <future>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <utility>
 
 #include "bench_report.h"
 #include "http/client.h"
@@ -219,6 +222,47 @@ bool ResetEngines(http::IoPool& pool, const std::vector<std::string>& urls) {
   return ok;
 }
 
+// Sum of a counter family's series in a Prometheus text page.
+double SumSeries(const std::string& page, const std::string& name) {
+  double sum = 0;
+  size_t pos = 0;
+  while ((pos = page.find(name, pos)) != std::string::npos) {
+    const bool line_start = pos == 0 || page[pos - 1] == '\n';
+    pos += name.size();
+    if (!line_start || pos >= page.size() || (page[pos] != '{' && page[pos] != ' ')) continue;
+    const size_t value = page.find(' ', page[pos] == '{' ? page.find('}', pos) : pos);
+    if (value != std::string::npos) sum += std::strtod(page.c_str() + value + 1, nullptr);
+  }
+  return sum;
+}
+
+// The prefill pool's prompt tokens looked up and hit so far: {queries, hits}; nullopt
+// when an engine did not answer.
+std::optional<std::pair<double, double>> PrefixCounters(http::IoPool& pool,
+                                                        const std::vector<std::string>& urls) {
+  std::pair<double, double> total{0, 0};
+  for (const std::string& url : urls) {
+    absl::StatusOr<http::Endpoint> ep = http::ParseHttpUrl(url);
+    if (!ep.ok()) return std::nullopt;
+    std::promise<std::optional<std::string>> page;
+    asio::co_spawn(
+        pool.executor(0),
+        [&]() -> asio::awaitable<void> {
+          http::Client client(co_await asio::this_coro::executor);
+          auto r = co_await client.Fetch(*ep, "GET", "/metrics", {}, "",
+                                         Clock::now() + std::chrono::seconds(10));
+          page.set_value(r.ok() && r->status == 200 ? std::optional<std::string>(r->body)
+                                                    : std::nullopt);
+        },
+        asio::detached);
+    std::optional<std::string> text = page.get_future().get();
+    if (!text) return std::nullopt;
+    total.first += SumSeries(*text, "vllm:prefix_cache_queries_total");
+    total.second += SumSeries(*text, "vllm:prefix_cache_hits_total");
+  }
+  return total;
+}
+
 }  // namespace
 
 void AddOnlineFlags(CLI::App& app, OnlineFlags& f) {
@@ -226,6 +270,9 @@ void AddOnlineFlags(CLI::App& app, OnlineFlags& f) {
   app.add_option("--router", f.routers, "router base URL, or label=URL (repeatable)")->required();
   app.add_option("--reset-engine", f.reset_engines,
                  "engine base URL to POST /reset_prefix_cache before each router's replay");
+  app.add_option("--prefill-engine", f.prefill_engines,
+                 "PD fleet: a prefill engine's base URL (repeatable); hit% becomes the prefill "
+                 "pool's (its vllm:prefix_cache_hits_total / queries_total over the replay)");
   app.add_option("--model", f.model, "model name sent in requests");
   app.add_option("--engines", f.engines, "engines behind the router (for the pooled bound)");
   app.add_option("--num-gpu-blocks", f.num_gpu_blocks, "blocks per engine (pooled bound)");
@@ -274,6 +321,8 @@ int RunOnline(const OnlineFlags& flags) {
   for (const RouterSpec& router : routers) {
     if (!flags.reset_engines.empty() && !ResetEngines(pool, flags.reset_engines)) rc = 1;
     ProgressBar bar(router.label, workload->requests.size());
+    std::optional<std::pair<double, double>> before;
+    if (!flags.prefill_engines.empty()) before = PrefixCounters(pool, flags.prefill_engines);
     const auto start = Clock::now();
     Replay replay(*workload, flags, router.endpoint, bar);
     std::vector<RequestRecord> records = replay.Run(pool);
@@ -291,6 +340,24 @@ int RunOnline(const OnlineFlags& flags) {
     PolicySummary s = SummarizeRun(policy, weight, records, workers, report.bound_hit_rate,
                                    report.infinite_hit_rate);
     s.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+    if (!flags.prefill_engines.empty()) {
+      std::optional<std::pair<double, double>> after = PrefixCounters(pool, flags.prefill_engines);
+      if (!before || !after || after->first <= before->first) {
+        std::fprintf(stderr, "infera-bench: could not read the prefill engines' counters\n");
+        rc = 1;
+      } else {
+        const double queries = after->first - before->first;
+        const double hits = after->second - before->second;
+        s.hit_rate = hits / queries;
+        s.bound_share = report.bound_hit_rate > 0 ? s.hit_rate / report.bound_hit_rate : 0;
+        s.infinite_share = report.infinite_hit_rate > 0 ? s.hit_rate / report.infinite_hit_rate : 0;
+        s.extra["pd"] = {{"prefill_engines", flags.prefill_engines.size()},
+                         {"prefill_prompt_tokens", queries},
+                         {"prefill_cached_tokens", hits},
+                         {"decode_hit_rate", static_cast<double>(s.cached_tokens) /
+                                                 std::max<uint64_t>(1, s.prompt_tokens)}};
+      }
+    }
     LoadFromRecords(records, workers, 400, s);
     report.results.push_back(std::move(s));
   }

@@ -27,6 +27,9 @@ struct OnlineFlags {
   WorkloadFlags workload;
   std::vector<std::string> routers;        // "label=URL" or "URL"
   std::vector<std::string> reset_engines;  // engine base URLs
+  // PD: the prefill engines; the hit rate is then the prefill pool's, from their
+  // vllm:prefix_cache_{hits,queries}_total over the replay (as offline PD reports it).
+  std::vector<std::string> prefill_engines;
   std::string model = "mock-model";
   size_t engines = 0;         // for the pooled bound (0: report the infinite bound only)
   size_t num_gpu_blocks = 0;  // per engine, for the pooled bound

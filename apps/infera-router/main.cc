@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   uint64_t max_body = opt.server.max_body_bytes;
   uint32_t max_header = opt.server.max_header_bytes;
+  std::string pd_guard_release = "completion";
 
   app.add_option("--host", host, "Address to listen on")->capture_default_str();
   app.add_option("--port", port, "Port to listen on (0: any free port)")->capture_default_str();
@@ -60,6 +61,14 @@ int main(int argc, char** argv) {
                  "Overlap weight for prefill picks (default: --kv-overlap-weight)");
   app.add_option("--kv-decode-overlap-weight", decode_w,
                  "Overlap weight for decode picks (default: --kv-overlap-weight)");
+  app.add_option("--pd-min-uncached-tokens", opt.pd.min_uncached_tokens,
+                 "PD: below this many uncached prompt tokens on the best prefill worker, the "
+                 "decode worker serves the request alone (0: always disaggregate)")
+      ->capture_default_str();
+  app.add_option("--pd-prefill-guard-release", pd_guard_release,
+                 "PD: release the prefill leg's load when it answers (prefill) or when the "
+                 "request ends (completion; serial protocols always release at prefill)")
+      ->capture_default_str();
   app.add_option("--kv-host-hit-weight", opt.policy.host_hit_weight,
                  "Credit of a host-tier cache hit relative to a device hit")
       ->capture_default_str();
@@ -127,6 +136,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   opt.policy.load_term = *parsed_term;
+  auto parsed_release = infera::router::ParsePdGuardRelease(pd_guard_release);
+  if (!parsed_release.ok()) {
+    spdlog::error("{}", parsed_release.status().ToString());
+    return 2;
+  }
+  opt.pd.prefill_guard_release = *parsed_release;
   if (prefill_w >= 0) opt.policy.prefill_overlap_weight = prefill_w;
   if (decode_w >= 0) opt.policy.decode_overlap_weight = decode_w;
   if (absl::Status s = opt.policy.Validate(); !s.ok()) {

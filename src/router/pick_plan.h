@@ -1,8 +1,9 @@
 // PickPlan: where one attempt of a request goes, and the holds it takes.
 //
-// A mixed plan has one leg. A prefill/decode plan (next: the PD dispatcher) has two,
-// prefill first, and names the transfer protocol of the pair. The guards release
-// every hold of the attempt exactly once (pick_guards.h).
+// A mixed (or decode-only) plan has one leg. A disaggregated plan has two, prefill
+// first, and names the transfer protocol of the pair (pd_dispatcher.h). The guards
+// release every hold of the attempt exactly once (pick_guards.h); the prefill leg's
+// holds are apart, since they may go before the request ends (--pd-prefill-guard-release).
 //
 // Thread-safety: owned by one request.
 #pragma once
@@ -36,7 +37,8 @@ struct PickLeg {
 struct PickPlan {
   absl::InlinedVector<PickLeg, 2> legs;
   PlanProtocol protocol = PlanProtocol::kMixed;
-  PickGuards guards;
+  PickGuards guards;          // the last leg's holds (mixed, or decode)
+  PickGuards prefill_guards;  // a disaggregated plan's prefill-leg holds
 };
 
 }  // namespace infera::router

@@ -8,8 +8,27 @@
 namespace infera::router {
 
 PickPlanner::PickPlanner(const core::PolicyConfig& policy, const events::SharedKvIndex& index,
-                         const core::Clock& clock, RouterMetrics& metrics)
-    : index_(index), clock_(clock), metrics_(metrics), selector_(policy, index.index()) {}
+                         const core::Clock& clock, RouterMetrics& metrics, core::PdConfig pd)
+    : index_(index),
+      clock_(clock),
+      metrics_(metrics),
+      selector_(policy, index.index()),
+      pd_planner_(selector_, index.index(), pd) {}
+
+bool PickPlanner::Admits(const FleetWorker& wk, const RequestContext& ctx, PlanHistory& history,
+                         int64_t now_ns, bool mixed_only) {
+  history.any_worker = true;
+  if (!wk.record.model_name.empty() && wk.record.model_name != ctx.api.model) return false;
+  // Prefill and decode workers are PlanPd's.
+  if (mixed_only && wk.record.disagg_mode != discovery::DisaggMode::kMixed) return false;
+  history.model_known = true;
+  if (wk.retired.load(std::memory_order_relaxed)) return false;
+  if (std::find(history.tried.begin(), history.tried.end(), wk.record.worker_id) !=
+      history.tried.end()) {
+    return false;
+  }
+  return wk.health.WouldAllow(now_ns);
+}
 
 absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet& fleet,
                                                 PlanHistory& history) {
@@ -23,16 +42,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     candidates_.clear();
     owners_.clear();
     for (const auto& wk : fleet) {
-      history.any_worker = true;
-      if (!wk->record.model_name.empty() && wk->record.model_name != ctx.api.model) continue;
-      if (wk->record.disagg_mode == discovery::DisaggMode::kDecode) continue;
-      history.model_known = true;
-      if (wk->retired.load(std::memory_order_relaxed)) continue;
-      if (std::find(history.tried.begin(), history.tried.end(), wk->record.worker_id) !=
-          history.tried.end()) {
-        continue;
-      }
-      if (!wk->health.WouldAllow(pick_start_ns)) continue;
+      if (!Admits(*wk, ctx, history, pick_start_ns, /*mixed_only=*/true)) continue;
       for (core::TargetId t : wk->targets) {
         candidates_.push_back(t);
         owners_.push_back(wk.get());
@@ -69,6 +79,96 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
   owner->picks[role][owner->RankIndex(pick.picked)]->fetch_add(1, std::memory_order_relaxed);
   metrics_.ObservePick(pick.role, pick.cache_hits, pick.request_blocks);
   if (first) {
+    const int64_t now_ns = clock_.NowNs();
+    metrics_.ObserveStages(ctx.parse_s, ctx.tokenize_s, (now_ns - pick_start_ns) * 1e-9,
+                           (now_ns - ctx.start_ns) * 1e-9);
+  }
+  return plan;
+}
+
+absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& fleet,
+                                             PlanHistory& history) {
+  const int64_t pick_start_ns = clock_.NowNs();
+  PickPlan plan;
+  core::PdPlan pd;
+  const FleetWorker* prefill_owner = nullptr;
+  const FleetWorker* main_owner = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    pd_candidates_.clear();
+    owners_.clear();
+    for (const auto& wk : fleet) {
+      if (!Admits(*wk, ctx, history, pick_start_ns, /*mixed_only=*/false)) continue;
+      const auto mode = static_cast<core::Role>(static_cast<uint8_t>(wk->record.disagg_mode));
+      for (core::TargetId t : wk->targets) {
+        pd_candidates_.push_back({t, mode, wk->record.disagg_protocol});
+        owners_.push_back(wk.get());
+      }
+    }
+    if (pd_candidates_.empty()) return absl::NotFoundError("");
+    core::RoutingInput input;
+    input.request_id = ctx.request_id;
+    if (ctx.tokens) input.tokens = std::span<const core::TokenId>(*ctx.tokens);
+    input.estimated_tokens = ctx.api.estimated_tokens;
+    input.image_keys = ctx.api.image_keys;
+    auto planned = index_.WithIndex(
+        [&](const core::KvIndex&) { return pd_planner_.Plan(input, pd_candidates_); });
+    if (!planned.ok()) {
+      const absl::StatusCode code = planned.status().code();
+      if (code == absl::StatusCode::kUnimplemented) return planned.status();
+      return absl::UnavailableError(planned.status().message());
+    }
+    pd = *std::move(planned);
+    auto owner_of = [&](core::TargetId t) {
+      for (size_t i = 0; i < pd_candidates_.size(); ++i) {
+        if (pd_candidates_[i].target == t) return owners_[i];
+      }
+      return static_cast<const FleetWorker*>(nullptr);
+    };
+    plan.guards = PickGuards(&mu_);
+    plan.prefill_guards = PickGuards(&mu_);
+    const bool log = spdlog::should_log(spdlog::level::info);
+    if (pd.prefill) {
+      prefill_owner = owner_of(pd.prefill->picked);
+      prefill_owner->health.Allow(pick_start_ns);
+      if (log) spdlog::info("{}", core::FormatPickLog(*pd.prefill));
+      plan.prefill_guards.AddActive(std::move(pd.prefill->guard));
+    }
+    main_owner = owner_of(pd.main.picked);
+    main_owner->health.Allow(pick_start_ns);
+    if (log) spdlog::info("{}", core::FormatPickLog(pd.main));
+    plan.guards.AddActive(std::move(pd.main.guard));
+  }
+  // The owners are alive: `fleet` holds them.
+  auto add_leg = [&](const FleetWorker* owner, const core::PickResult& pick) {
+    for (const auto& wk : fleet) {
+      if (wk.get() == owner) {
+        plan.legs.push_back({pick.role, wk, pick.picked, wk->DpRankOf(pick.picked)});
+        break;
+      }
+    }
+    const size_t role = static_cast<size_t>(pick.role) % 3;
+    owner->picks[role][owner->RankIndex(pick.picked)]->fetch_add(1, std::memory_order_relaxed);
+    metrics_.ObservePick(pick.role, pick.cache_hits, pick.request_blocks);
+  };
+  if (prefill_owner != nullptr) add_leg(prefill_owner, *pd.prefill);
+  add_leg(main_owner, pd.main);
+  switch (main_owner->record.pd_protocol) {
+    case discovery::PdProtocol::kSglangBootstrap:
+      plan.protocol = PlanProtocol::kSglangBootstrap;
+      break;
+    case discovery::PdProtocol::kVllmNixl:
+      plan.protocol = PlanProtocol::kVllmNixl;
+      break;
+    case discovery::PdProtocol::kVllmMooncake:
+      plan.protocol = PlanProtocol::kVllmMooncake;
+      break;
+    case discovery::PdProtocol::kNone:
+      plan.protocol = PlanProtocol::kMixed;
+      break;
+  }
+  if (pd.kind == core::PdPlanKind::kMixed) plan.protocol = PlanProtocol::kMixed;
+  if (history.plans++ == 0) {
     const int64_t now_ns = clock_.NowNs();
     metrics_.ObserveStages(ctx.parse_s, ctx.tokenize_s, (now_ns - pick_start_ns) * 1e-9,
                            (now_ns - ctx.start_ns) * 1e-9);

@@ -11,8 +11,11 @@
 // were not tried by an earlier attempt of the same request, are not retired, and
 // whose breaker admits a request now.
 //
-// Extension points (doc/router-pipeline.md): a PD plan (prefill + decode legs, the
-// pair's protocol) is one more Plan* method over the same selector; decode-demand
+// A PD plan (PlanPd) runs core::PdPlanner over the same selector: candidates of every
+// disagg_mode (same filters), a prefill and a decode leg and the pair's protocol, or
+// one leg (decode-only, or mixed without a complete pair); doc/pd.md §2.
+//
+// Extension points (doc/router-pipeline.md): decode-demand
 // reservations are taken here and handed to the plan's PickGuards; session affinity
 // narrows or orders the candidates before Selector::Pick.
 //
@@ -27,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/clock.h"
+#include "core/pd_planner.h"
 #include "core/selector.h"
 #include "events/kv_event_source.h"
 #include "events/shared_kv_index.h"
@@ -40,7 +44,8 @@ class RouterMetrics;
 
 // What the planner saw over one request's attempts (the final error depends on it).
 struct PlanHistory {
-  std::vector<std::string> tried;  // worker ids picked so far
+  std::vector<std::string> tried;  // worker ids picked so far (PD: those that failed)
+  int plans = 0;                   // plans made (stage timings are the first's)
   bool any_worker = false;         // the fleet was not empty
   bool model_known = false;        // some non-decode worker serves the model
 };
@@ -49,13 +54,21 @@ class PickPlanner {
  public:
   // REQUIRES: policy.Validate().ok(); index, clock and metrics outlive the planner.
   PickPlanner(const core::PolicyConfig& policy, const events::SharedKvIndex& index,
-              const core::Clock& clock, RouterMetrics& metrics);
+              const core::Clock& clock, RouterMetrics& metrics, core::PdConfig pd = {});
   PickPlanner(const PickPlanner&) = delete;
   PickPlanner& operator=(const PickPlanner&) = delete;
 
   // Plans one mixed attempt. NotFound (empty message) when no candidate is left
   // (`history` says why); Unavailable with the selector's message when it refused.
   absl::StatusOr<PickPlan> PlanMixed(RequestContext& ctx, const Fleet& fleet, PlanHistory& history)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Plans one attempt over a fleet with prefill/decode workers (core::PdPlanner):
+  // two legs (prefill, decode) with the pair's protocol, or one leg (role decode:
+  // conditional disaggregation; role mixed: no complete pair). NotFound (empty
+  // message) when no candidate is left; Unavailable (a pool is missing) and
+  // Unimplemented (protocols disagree) with the planner's message.
+  absl::StatusOr<PickPlan> PlanPd(RequestContext& ctx, const Fleet& fleet, PlanHistory& history)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Marks the worker retired and drops its targets from the load state and from
@@ -70,15 +83,22 @@ class PickPlanner {
   std::vector<size_t> ActiveBlocks(const FleetWorker& worker) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // The candidate filter of a plan: model, (mixed plans) disagg_mode, retired, tried,
+  // breaker. Notes in `history` what the fleet has.
+  static bool Admits(const FleetWorker& wk, const RequestContext& ctx, PlanHistory& history,
+                     int64_t now_ns, bool mixed_only);
+
   const events::SharedKvIndex& index_;
   const core::Clock& clock_;
   RouterMetrics& metrics_;
 
   mutable absl::Mutex mu_;
   core::Selector selector_ ABSL_GUARDED_BY(mu_);
+  core::PdPlanner pd_planner_ ABSL_GUARDED_BY(mu_);
   // Per-pick scratch, reused.
   std::vector<core::TargetId> candidates_ ABSL_GUARDED_BY(mu_);
   std::vector<const FleetWorker*> owners_ ABSL_GUARDED_BY(mu_);
+  std::vector<core::PdCandidate> pd_candidates_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace infera::router

@@ -7,6 +7,7 @@
 #include "router/api_front.h"
 #include "router/http_upstream.h"
 #include "router/mixed_dispatcher.h"
+#include "router/pd_dispatcher.h"
 #include "router/pick_planner.h"
 #include "router/prompt_encoder.h"
 #include "router/request_ids.h"
@@ -33,7 +34,9 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
   pool_ = std::make_unique<http::IoPool>(threads);
   events_ = std::make_unique<events::KvEventIngestor>(index_);
   metrics_ = std::make_unique<RouterMetrics>(options_.policy.policy);
-  planner_ = std::make_unique<PickPlanner>(options_.policy, index_, *clock_, *metrics_);
+  planner_ = std::make_unique<PickPlanner>(
+      options_.policy, index_, *clock_, *metrics_,
+      core::PdConfig{.min_uncached_tokens = options_.pd.min_uncached_tokens});
   workers_ = std::make_unique<WorkerSet>(
       WorkerSetOptions{.kv_events = options_.kv_events,
                        .kv_events_topic = options_.kv_events_topic,
@@ -43,9 +46,12 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
   encoder_ = std::make_unique<PromptEncoder>();
   upstream_ = env.upstream ? env.upstream(*pool_, *clock_)
                            : std::make_unique<HttpUpstream>(*pool_, *clock_);
-  dispatcher_ =
+  mixed_dispatcher_ =
       std::make_unique<MixedDispatcher>(options_.max_attempts, options_.request_timeout_ms,
                                         *workers_, *planner_, *upstream_, *clock_, *metrics_);
+  dispatcher_ = std::make_unique<PdDispatcher>(
+      options_.max_attempts, options_.request_timeout_ms, options_.pd, *workers_, *planner_,
+      *upstream_, *mixed_dispatcher_, *clock_, *metrics_, SaltFrom(env.seed) ^ 0x5044);
   pipeline_ = std::make_unique<RequestPipeline>(options_.request_timeout_ms, *encoder_,
                                                 *dispatcher_, *clock_, *metrics_);
   views_ = std::make_unique<AdminViews>(*workers_, *planner_, index_, *events_, *metrics_);

@@ -31,6 +31,7 @@
 #include "events/shared_kv_index.h"
 #include "http/io_pool.h"
 #include "http/server.h"
+#include "router/pd_options.h"
 #include "router/upstream.h"
 
 namespace infera::router {
@@ -56,6 +57,7 @@ struct RouterOptions {
   int max_attempts = 3;  // workers tried before the first byte
   uint32_t breaker_failures = 5;
   int64_t breaker_cooldown_ms = 10'000;
+  PdOptions pd;  // --pd-min-uncached-tokens, --pd-prefill-guard-release
 };
 
 // What the router takes from its environment; the defaults are the real ones.
@@ -102,7 +104,8 @@ class Router {
   std::unique_ptr<WorkerSet> workers_;
   std::unique_ptr<PromptEncoder> encoder_;
   std::unique_ptr<Upstream> upstream_;
-  std::unique_ptr<Dispatcher> dispatcher_;
+  std::unique_ptr<Dispatcher> mixed_dispatcher_;
+  std::unique_ptr<Dispatcher> dispatcher_;  // PD, falling back to the mixed one
   std::unique_ptr<RequestPipeline> pipeline_;
   std::unique_ptr<AdminViews> views_;
   std::unique_ptr<RequestIds> ids_;

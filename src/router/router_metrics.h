@@ -16,6 +16,7 @@
 #include "core/selector.h"
 #include "router/api_request.h"
 #include "router/metrics.h"
+#include "router/pd_metrics.h"
 #include "router/request_context.h"
 
 namespace infera::router {
@@ -45,12 +46,15 @@ class RouterMetrics {
   // kind: "unreachable", "status_5xx", "timeout".
   void CountUpstreamError(const std::string& worker_id, const char* kind);
 
+  PdMetrics& pd() { return pd_; }
+
   // The families above and infera_request_inflight, in exposition format.
   void Render(std::string& out) const;
 
  private:
   const std::string policy_label_;  // router="<policy>"
   std::atomic<int64_t> inflight_{0};
+  PdMetrics pd_;
 
   CounterFamily requests_total_{"infera_router_requests_total",
                                 "Requests answered, by endpoint and HTTP status."};

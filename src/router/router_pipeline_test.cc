@@ -10,103 +10,20 @@
 #include "http/asio.h"
 #include "router/fake_upstream.h"
 #include "router/router.h"
+#include "router/router_test_support.h"
 #include "testing/wait_for.h"
 
 namespace infera::router {
 namespace {
 
 using nlohmann::json;
+using testing::Answer;
+using testing::TestClient;
+using testing::TestClock;
 using testing::WaitFor;
 using tcp = asio::ip::tcp;
 
 constexpr int64_t kMs = 1'000'000;
-
-// A clock the test moves; readable from the router's loops.
-class TestClock final : public core::Clock {
- public:
-  int64_t NowNs() const override { return now_ns_.load(); }
-  void Advance(int64_t delta_ns) { now_ns_.fetch_add(delta_ns); }
-
- private:
-  std::atomic<int64_t> now_ns_{1'000'000'000};
-};
-
-struct Answer {
-  int status = 0;
-  http::Headers headers;
-  std::string body;  // de-chunked
-};
-
-// One HTTP/1.1 exchange with Connection: close; reads until the server closes.
-class TestClient {
- public:
-  explicit TestClient(uint16_t port) : socket_(io_) {
-    socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-  }
-  void Write(const std::string& method, const std::string& path, const std::string& body,
-             const std::string& extra_headers = "") {
-    std::string req =
-        method + " " + path + " HTTP/1.1\r\nHost: router\r\nConnection: close\r\n" +
-        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-        "\r\n" + extra_headers + "\r\n" + body;
-    asio::write(socket_, asio::buffer(req));
-  }
-  // Reads until `needle` appeared in the raw bytes (or the server closed).
-  std::string ReadUntil(const std::string& needle) {
-    char buf[4096];
-    boost::system::error_code ec;
-    while (raw_.find(needle) == std::string::npos) {
-      size_t n = socket_.read_some(asio::buffer(buf), ec);
-      if (ec) break;
-      raw_.append(buf, n);
-    }
-    return raw_;
-  }
-  Answer ReadAnswer() {
-    ReadUntil("\x01never");
-    Answer a;
-    size_t head_end = raw_.find("\r\n\r\n");
-    if (head_end == std::string::npos) return a;
-    std::string head = raw_.substr(0, head_end);
-    a.status = std::atoi(head.c_str() + 9);
-    size_t pos = head.find("\r\n");
-    while (pos != std::string::npos && pos < head.size()) {
-      size_t next = head.find("\r\n", pos + 2);
-      std::string line =
-          head.substr(pos + 2, next == std::string::npos ? std::string::npos : next - pos - 2);
-      size_t colon = line.find(':');
-      if (colon != std::string::npos) {
-        a.headers.Add(line.substr(0, colon), line.substr(colon + 2));
-      }
-      pos = next;
-    }
-    std::string body = raw_.substr(head_end + 4);
-    if (a.headers.Get("Transfer-Encoding") == "chunked") {
-      size_t p = 0;
-      while (p < body.size()) {
-        size_t eol = body.find("\r\n", p);
-        if (eol == std::string::npos) break;
-        size_t len = std::stoul(body.substr(p, eol - p), nullptr, 16);
-        if (len == 0) break;
-        a.body += body.substr(eol + 2, len);
-        p = eol + 2 + len + 2;
-      }
-    } else {
-      a.body = body;
-    }
-    return a;
-  }
-  // Resets the connection (RST), as a client that crashed.
-  void Abort() {
-    socket_.set_option(asio::socket_base::linger(true, 0));
-    socket_.close();
-  }
-
- private:
-  asio::io_context io_;
-  tcp::socket socket_;
-  std::string raw_;
-};
 
 const char kChat[] = R"({"model":"m","messages":[{"role":"user","content":"hello"}]})";
 const char kChatStream[] =
@@ -121,21 +38,9 @@ std::string Sse(const std::string& content) {
 class RouterPipelineTest : public ::testing::Test {
  protected:
   void StartRouter(RouterOptions opt = {}) {
-    opt.threads = 1;
-    opt.server.host = "127.0.0.1";
-    opt.server.port = 0;
-    opt.kv_events = false;
     if (!policy_set_) opt.policy.policy = core::Policy::kRoundRobin;
-    RouterEnv env;
-    env.clock = &clock_;
-    env.seed = 42;
-    env.upstream = [this](http::IoPool&, const core::Clock& clock) {
-      auto fake = std::make_unique<FakeUpstream>(clock);
-      fake_ = fake.get();
-      return std::unique_ptr<Upstream>(std::move(fake));
-    };
-    router_ = std::make_unique<Router>(opt, std::move(env));
-    ASSERT_TRUE(router_->Start().ok());
+    router_ = testing::StartTestRouter(std::move(opt), clock_, 42, &fake_);
+    ASSERT_TRUE(router_);
   }
   void AddWorker(const std::string& host) {
     discovery::WorkerRecord r;
