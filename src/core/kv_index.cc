@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "core/hashing.h"
 #include "core/open_table.h"
 
@@ -51,14 +52,25 @@ constexpr uint32_t kSparseBelow = 16;
 struct HolderSet {
   uint32_t count = 0;  // holders
   bool dense = false;
-  // Sparse: holder words sorted by target id.
-  std::vector<uint32_t> sparse;
+  // Sparse: holder words sorted by target id (up to 6 inside the set itself, so a
+  // probe of a row with a few holders costs one dependent miss).
+  absl::InlinedVector<uint32_t, 6> sparse;
   // Dense: three planes (device, host, disk) of `words` 64-bit words each, and the
   // children count of every target id below words * 64.
   uint32_t words = 0;
   std::unique_ptr<uint64_t[]> planes;
   std::unique_ptr<uint16_t[]> children;
 
+  // Back to an empty set, its memory freed (the pool slot is reused).
+  void Reset() {
+    count = 0;
+    dense = false;
+    sparse.clear();
+    sparse.shrink_to_fit();
+    words = 0;
+    planes.reset();
+    children.reset();
+  }
   uint64_t* plane(int tier) { return planes.get() + static_cast<size_t>(tier) * words; }
   const uint64_t* plane(int tier) const { return planes.get() + static_cast<size_t>(tier) * words; }
   // The target's holder word, 0 when it does not hold the block.
@@ -102,7 +114,7 @@ struct HolderSet {
     dense = true;
   }
   void ToSparse() {
-    std::vector<uint32_t> out;
+    absl::InlinedVector<uint32_t, 6> out;
     out.reserve(count);
     for (uint32_t w = 0; w < words; ++w) {
       uint64_t any = plane(0)[w] | plane(1)[w] | plane(2)[w];
@@ -303,7 +315,7 @@ struct KvIndex::Impl {
   // Rows nobody holds, kept because other rows name them as parent.
   size_t kept_rows = 0;
   // Holder sets of rows with 2 or more holders; free slots of `sets`.
-  std::vector<std::unique_ptr<HolderSet>> sets;
+  std::vector<HolderSet> sets;  // by value: a set index is one step from its holders
   std::vector<uint32_t> free_sets;
   std::vector<Target> targets;
   // Per target id, how FindMatches answers for it: kWalk, or bisection with every
@@ -327,7 +339,7 @@ struct KvIndex::Impl {
   }
 
   // ---- holder words ----
-  const HolderSet& SetOf(uint32_t holders) const { return *sets[holders >> 1]; }
+  const HolderSet& SetOf(uint32_t holders) const { return sets[holders >> 1]; }
   // The target's holder word in `holders`, 0 when it does not hold the block.
   uint32_t Get(uint32_t holders, TargetId t) const {
     if (IsSet(holders)) return SetOf(holders).Get(t);
@@ -344,12 +356,12 @@ struct KvIndex::Impl {
   }
   __attribute__((noinline)) void PutSlow(uint32_t& holders, TargetId t, uint32_t word) {
     if (IsSet(holders)) {
-      HolderSet& set = *sets[holders >> 1];
+      HolderSet& set = sets[holders >> 1];
       set.Put(t, word);
       if (set.count <= 1) {
         if (set.dense) set.ToSparse();
         const uint32_t only = set.count ? set.sparse[0] : 0;
-        sets[holders >> 1].reset();
+        sets[holders >> 1].Reset();
         free_sets.push_back(holders >> 1);
         holders = only;
       }
@@ -369,10 +381,9 @@ struct KvIndex::Impl {
       if (index >= (1u << 31)) std::abort();
       sets.emplace_back();
     }
-    auto set = std::make_unique<HolderSet>();
-    set->sparse = {std::min(holders, word), std::max(holders, word)};
-    set->count = 2;
-    sets[index] = std::move(set);
+    HolderSet& set = sets[index];
+    set.sparse = {std::min(holders, word), std::max(holders, word)};
+    set.count = 2;
     holders = (index << 1) | 1;
   }
 

@@ -155,16 +155,22 @@ class OpenTable {
   // slots that were not full) and true is returned.
   bool Reserve(size_t more, std::vector<uint32_t>* old_to_new) {
     if (more <= growth_left_) return false;
-    Rebuild(std::max<size_t>(size_ + more, 1), old_to_new);
+    // Deleted slots used the room up while the keys still fit: rebuild at the same
+    // capacity (a shrink would be followed by regrowth under churn) unless the table
+    // is below 1/8 full.
+    const size_t n = size_ + more;
+    size_t cap = CapacityFor(n);
+    if (cap < capacity_ && n >= capacity_ / 8) cap = capacity_;
+    RebuildTo(cap, old_to_new);
     return true;
   }
 
   // Sizes the table for `n` keys (at least size()) at kMinLoad and reinserts every
   // key (the deleted slots go). See Reserve for `old_to_new`.
   void Rebuild(size_t n, std::vector<uint32_t>* old_to_new) {
-    n = std::max(n, size_);
-    size_t cap =
-        std::max<size_t>(kGroup, static_cast<size_t>(static_cast<double>(n) / kMinLoad) + 1);
+    RebuildTo(CapacityFor(std::max(n, size_)), old_to_new);
+  }
+  void RebuildTo(size_t cap, std::vector<uint32_t>* old_to_new) {
     if (cap > kMaxCapacity) std::abort();  // ~117M keys: far past any fleet
     OpenTable fresh;
     fresh.Allocate(cap);
@@ -190,6 +196,9 @@ class OpenTable {
 
  private:
   static constexpr uint32_t kGroup = 16;
+  static size_t CapacityFor(size_t n) {
+    return std::max<size_t>(kGroup, static_cast<size_t>(static_cast<double>(n) / kMinLoad) + 1);
+  }
   static constexpr int8_t kEmpty = -128;
   static constexpr int8_t kDeleted = -2;
   static constexpr size_t kHugePage = size_t{2} << 20;
