@@ -1,7 +1,5 @@
 #include "core/kv_index.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -9,35 +7,34 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
-#include <new>
+#include <memory>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "core/hashing.h"
+#include "core/open_table.h"
 
 namespace infera::core {
 namespace {
 
 // ---------------------------------------------------------------------------------
-// Holder sets (doc/index.md "Holder sets").
+// Holder words and sets (doc/index.md "Structure").
 //
-// The global table maps a router hash to a 64-bit word describing which targets hold
-// it, and on which tiers:
-//  * inline (bit 0 clear): two 32-bit holder slots, each 0 (empty) or
-//      (target_id + 1) << 4 | tier_mask << 1
-//  * heap (bit 0 set): pointer | 1 to a HolderSet, for 3 or more holders.
-// tier_mask has bit t set when the target holds the block on Tier t.
+// A row's 32-bit `holders` field says which targets hold the block, and on which
+// tiers:
+//  * bit 0 clear: the one holder's word, or 0 (nobody holds it: a kept parent row)
+//  * bit 0 set: set index << 1 | 1, a HolderSet of 2 or more holders.
+// Holder word: (target_id + 1) << 16 | children << 4 | tiers << 1; tiers has bit t
+// set when the target holds the block on Tier t.
 // ---------------------------------------------------------------------------------
 
-using Holders = uint64_t;
 // Target ids fit the 16-bit field of a holder word (doc/index.md "Holder words").
 constexpr uint32_t kMaxTargets = (1u << 16) - 1;
 // A holder's count of its own children (held blocks whose parent is this block)
 // saturates here; a target that would go past it loses its prefix-closed flag.
 constexpr uint32_t kMaxChildren = (1u << 12) - 1;
 
-// Holder word: (target_id + 1) << 16 | children << 4 | tiers << 1; 0 = no holder.
 constexpr uint32_t Encode(TargetId t, uint32_t tiers, uint32_t children = 0) {
   return ((t + 1) << 16) | (children << 4) | (tiers << 1);
 }
@@ -45,6 +42,7 @@ constexpr TargetId HolderTarget(uint32_t h) { return (h >> 16) - 1; }
 constexpr uint32_t HolderTiers(uint32_t h) { return (h >> 1) & 7u; }
 constexpr uint32_t HolderChildren(uint32_t h) { return (h >> 4) & kMaxChildren; }
 constexpr uint32_t TierBit(Tier tier) { return 1u << static_cast<uint32_t>(tier); }
+constexpr bool IsSet(uint32_t holders) { return holders & 1; }
 
 // A set switches to bitset planes above kDenseAbove holders and back to a sorted
 // array below kSparseBelow (hysteresis keeps a block at the boundary from flapping).
@@ -54,14 +52,25 @@ constexpr uint32_t kSparseBelow = 16;
 struct HolderSet {
   uint32_t count = 0;  // holders
   bool dense = false;
-  // Sparse: holder words sorted by target id.
-  std::vector<uint32_t> sparse;
+  // Sparse: holder words sorted by target id (up to 6 inside the set itself, so a
+  // probe of a row with a few holders costs one dependent miss).
+  absl::InlinedVector<uint32_t, 6> sparse;
   // Dense: three planes (device, host, disk) of `words` 64-bit words each, and the
   // children count of every target id below words * 64.
   uint32_t words = 0;
   std::unique_ptr<uint64_t[]> planes;
   std::unique_ptr<uint16_t[]> children;
 
+  // Back to an empty set, its memory freed (the pool slot is reused).
+  void Reset() {
+    count = 0;
+    dense = false;
+    sparse.clear();
+    sparse.shrink_to_fit();
+    words = 0;
+    planes.reset();
+    children.reset();
+  }
   uint64_t* plane(int tier) { return planes.get() + static_cast<size_t>(tier) * words; }
   const uint64_t* plane(int tier) const { return planes.get() + static_cast<size_t>(tier) * words; }
   // The target's holder word, 0 when it does not hold the block.
@@ -105,7 +114,7 @@ struct HolderSet {
     dense = true;
   }
   void ToSparse() {
-    std::vector<uint32_t> out;
+    absl::InlinedVector<uint32_t, 6> out;
     out.reserve(count);
     for (uint32_t w = 0; w < words; ++w) {
       uint64_t any = plane(0)[w] | plane(1)[w] | plane(2)[w];
@@ -160,102 +169,44 @@ struct HolderSet {
   }
 };
 
-bool IsHeap(Holders v) { return v & 1; }
-HolderSet* Heap(Holders v) { return reinterpret_cast<HolderSet*>(v & ~uint64_t{1}); }
-uint32_t Lo(Holders v) { return static_cast<uint32_t>(v); }
-uint32_t Hi(Holders v) { return static_cast<uint32_t>(v >> 32); }
-Holders MakeInline(uint32_t lo, uint32_t hi) { return uint64_t{lo} | (uint64_t{hi} << 32); }
-
-// The target's holder word in `v`, 0 when it does not hold the block.
-uint32_t Get(Holders v, TargetId t) {
-  if (IsHeap(v)) return Heap(v)->Get(t);
-  const uint32_t lo = Lo(v), hi = Hi(v);
-  if (lo != 0 && HolderTarget(lo) == t) return lo;
-  if (hi != 0 && HolderTarget(hi) == t) return hi;
-  return 0;
-}
-uint32_t TiersOf(Holders v, TargetId t) { return HolderTiers(Get(v, t)); }
-
-// Sets the target's holder word in `v` (0 removes the target), moving between the
-// inline and heap forms. Returns false when `v` no longer has any holder (the caller
-// erases the row).
-bool Put(Holders& v, TargetId t, uint32_t word) {
-  if (IsHeap(v)) {
-    HolderSet* set = Heap(v);
-    set->Put(t, word);
-    if (set->count <= 2) {
-      if (set->dense) set->ToSparse();
-      const uint32_t lo = set->count > 0 ? set->sparse[0] : 0;
-      const uint32_t hi = set->count > 1 ? set->sparse[1] : 0;
-      delete set;
-      v = MakeInline(lo, hi);
-    }
-    return v != 0;
-  }
-  uint32_t lo = Lo(v), hi = Hi(v);
-  if (lo != 0 && HolderTarget(lo) == t) {
-    lo = word;
-  } else if (hi != 0 && HolderTarget(hi) == t) {
-    hi = word;
-  } else if (word != 0) {
-    if (lo == 0) {
-      lo = word;
-    } else if (hi == 0) {
-      hi = word;
-    } else {
-      auto* set = new HolderSet();
-      set->sparse = {lo, hi, word};
-      std::sort(set->sparse.begin(), set->sparse.end());
-      set->count = 3;
-      assert((reinterpret_cast<uintptr_t>(set) & 1) == 0);
-      v = reinterpret_cast<uintptr_t>(set) | 1;
-      return true;
-    }
-  }
-  v = MakeInline(lo, hi);
-  return v != 0;
-}
-
-// Allocator of the global table: blocks of 4 MiB and more are 2 MiB-aligned and
-// marked for transparent huge pages, so a probe of a 10M-row table is one cache miss
-// rather than a miss plus a page walk (one TLB entry covers 2 MiB instead of 4 KiB).
-// Smaller blocks come from the usual allocator.
-template <typename T>
-struct HugePageAllocator {
-  using value_type = T;
-  static constexpr size_t kHugePage = size_t{2} << 20;
-  HugePageAllocator() = default;
-  template <typename U>
-  HugePageAllocator(const HugePageAllocator<U>&) {}
-  static bool Huge(size_t n) { return n * sizeof(T) >= 2 * kHugePage; }
-  T* allocate(size_t n) {
-    if (!Huge(n)) return std::allocator<T>().allocate(n);
-    const size_t bytes = (n * sizeof(T) + kHugePage - 1) / kHugePage * kHugePage;
-    void* p = std::aligned_alloc(kHugePage, bytes);
-    if (p == nullptr) throw std::bad_alloc();
-    madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without THP, ordinary pages
-    return static_cast<T*>(p);
-  }
-  void deallocate(T* p, size_t n) {
-    if (!Huge(n)) {
-      std::allocator<T>().deallocate(p, n);
-    } else {
-      std::free(p);
-    }
-  }
-  friend bool operator==(const HugePageAllocator&, const HugePageAllocator&) { return true; }
-};
-
-// One row of the global table: who holds the block, and the block's parent in its
-// chain (0: a chain root, or not known because the block came in without a parent).
+// One row of the global table (16 bytes, four to a cache line).
+//   link = parent row (27 bits) | child rows << 27 (5 bits, saturating at 31)
+// parent: the row of the block's parent in its chain, kRoot, or kUnknownParent (the
+// block came in unlinked, or its parent had no row). child rows: how many rows name
+// this one as parent; a row nobody holds stays while it has child rows, so a parent
+// index never dangles (doc/index.md "Rows").
 struct Row {
-  Holders holders = 0;
-  BlockHash parent = 0;
+  BlockHash hash;
+  uint32_t holders;
+  uint32_t link;
+  uint64_t key() const { return hash; }
+  void set_key(uint64_t k) { hash = k; }
 };
+static_assert(sizeof(Row) == 16);
+constexpr uint32_t kParentBits = 27;
+constexpr uint32_t kParentMask = (1u << kParentBits) - 1;
+constexpr uint32_t kRoot = kParentMask;
+constexpr uint32_t kUnknownParent = kParentMask - 1;
+constexpr uint32_t kMaxChildRows = 31;
+constexpr uint32_t ParentOf(const Row& r) { return r.link & kParentMask; }
+constexpr uint32_t ChildRows(const Row& r) { return r.link >> kParentBits; }
+constexpr bool IsRow(uint32_t parent) { return parent < kUnknownParent; }
 
-void FreeHolders(Holders v) {
-  if (IsHeap(v)) delete Heap(v);
-}
+// One entry of a target's engine map: engine hash -> row (12 bytes).
+struct EngineEntry {
+  uint32_t lo, hi;
+  uint32_t row;
+  uint64_t key() const { return uint64_t{lo} | (uint64_t{hi} << 32); }
+  void set_key(uint64_t k) {
+    lo = static_cast<uint32_t>(k);
+    hi = static_cast<uint32_t>(k >> 32);
+  }
+};
+static_assert(sizeof(EngineEntry) == 12);
+
+using RowTable = OpenTable<Row, /*Huge=*/true>;
+using EngineMap = OpenTable<EngineEntry>;
+constexpr uint32_t kNoRow = RowTable::kNone;
 
 // How far ahead of the linear walk the table lookups are prefetched.
 constexpr size_t kPrefetchDistance = 24;
@@ -328,12 +279,18 @@ struct KvIndex::Impl {
     // holder word's children count is exact. Cleared by anything that may break
     // that; set again when the target is emptied.
     bool closed = true;
-    absl::flat_hash_map<BlockHash, BlockHash> engine_to_router;
+    // Engine hash -> row of the router hash. Every entry names a row the target
+    // holds (so the row is never erased while the entry exists).
+    EngineMap engine_map;
     // Whether some router hashes were inserted without an engine mapping
     // (InsertRouterHashes, count mismatches) since the last clear: then a clear must
     // scan the whole table instead of visiting the map's values. A list of them would
     // cost 8-16 bytes per entry; clearing such a target is rare.
     bool has_unmapped = false;
+    // Whether two engine hashes may name the same row (an engine hash stored for a
+    // block the target already held): then removals purge entries of rows the
+    // target no longer holds, so no entry outlives its row.
+    bool aliased = false;
     // Blocks still to apply before the next attempt to prove the view prefix-closed
     // again after it lost the flag (Recheck).
     size_t recheck_in = 0;
@@ -354,9 +311,12 @@ struct KvIndex::Impl {
     }
   };
 
-  absl::flat_hash_map<BlockHash, Row, absl::Hash<BlockHash>, std::equal_to<BlockHash>,
-                      HugePageAllocator<std::pair<const BlockHash, Row>>>
-      table;
+  RowTable rows;
+  // Rows nobody holds, kept because other rows name them as parent.
+  size_t kept_rows = 0;
+  // Holder sets of rows with 2 or more holders; free slots of `sets`.
+  std::vector<HolderSet> sets;  // by value: a set index is one step from its holders
+  std::vector<uint32_t> free_sets;
   std::vector<Target> targets;
   // Per target id, how FindMatches answers for it: kWalk, or bisection with every
   // hit on tier `mode` (kept next to each other so the walk reads one byte per
@@ -369,16 +329,127 @@ struct KvIndex::Impl {
   std::vector<TargetId> free_ids;
   absl::flat_hash_map<std::pair<std::string, uint32_t>, TargetId> by_key;
   size_t entries = 0;
-
-  ~Impl() {
-    for (auto& [hash, row] : table) FreeHolders(row.holders);
-  }
+  std::vector<uint32_t> old_to_new;  // Rebuild's translation (freed after use)
 
   Target* Live(TargetId id) {
     return id < targets.size() && targets[id].live ? &targets[id] : nullptr;
   }
   const Target* Live(TargetId id) const {
     return id < targets.size() && targets[id].live ? &targets[id] : nullptr;
+  }
+
+  // ---- holder words ----
+  const HolderSet& SetOf(uint32_t holders) const { return sets[holders >> 1]; }
+  // The target's holder word in `holders`, 0 when it does not hold the block.
+  uint32_t Get(uint32_t holders, TargetId t) const {
+    if (IsSet(holders)) return SetOf(holders).Get(t);
+    return holders != 0 && HolderTarget(holders) == t ? holders : 0;
+  }
+  // Sets the target's holder word (0 removes the target), moving between the inline
+  // and set forms.
+  void Put(uint32_t& holders, TargetId t, uint32_t word) {
+    if (!IsSet(holders) && (holders == 0 || HolderTarget(holders) == t)) {
+      holders = word;  // the common case: the block's only holder
+      return;
+    }
+    PutSlow(holders, t, word);
+  }
+  __attribute__((noinline)) void PutSlow(uint32_t& holders, TargetId t, uint32_t word) {
+    if (IsSet(holders)) {
+      HolderSet& set = sets[holders >> 1];
+      set.Put(t, word);
+      if (set.count <= 1) {
+        if (set.dense) set.ToSparse();
+        const uint32_t only = set.count ? set.sparse[0] : 0;
+        sets[holders >> 1].Reset();
+        free_sets.push_back(holders >> 1);
+        holders = only;
+      }
+      return;
+    }
+    if (holders == 0 || HolderTarget(holders) == t) {
+      holders = word;
+      return;
+    }
+    if (word == 0) return;  // t held nothing here
+    uint32_t index;
+    if (!free_sets.empty()) {
+      index = free_sets.back();
+      free_sets.pop_back();
+    } else {
+      index = static_cast<uint32_t>(sets.size());
+      if (index >= (1u << 31)) std::abort();
+      sets.emplace_back();
+    }
+    HolderSet& set = sets[index];
+    set.sparse = {std::min(holders, word), std::max(holders, word)};
+    set.count = 2;
+    holders = (index << 1) | 1;
+  }
+
+  // ---- rows ----
+  // Room for `more` new rows; a rebuild moves rows, so every stored row index (the
+  // rows' parents, the engine maps) is translated. Returns whether rows moved.
+  bool ReserveRows(size_t more) {
+    if (!rows.Reserve(more, &old_to_new)) return false;
+    Translate();
+    return true;
+  }
+  void Translate() {
+    rows.ForEach([&](uint32_t i) {
+      Row& r = rows.slot(i);
+      const uint32_t p = ParentOf(r);
+      if (IsRow(p)) r.link = (r.link & ~kParentMask) | old_to_new[p];
+    });
+    for (Target& t : targets) {
+      if (!t.live) continue;
+      t.engine_map.ForEach([&](uint32_t i) {
+        EngineEntry& e = t.engine_map.slot(i);
+        e.row = old_to_new[e.row];
+      });
+    }
+    std::vector<uint32_t>().swap(old_to_new);  // 4 bytes per old slot: not kept
+  }
+  // Gives memory back when the table is mostly empty.
+  void MaybeShrink() {
+    if (entries == 0 && rows.capacity() > 0) {
+      // Nothing held: kept parent rows go too (nothing can name them).
+      rows.Clear();
+      kept_rows = 0;
+      return;
+    }
+    if (rows.capacity() > 1024 && rows.size() < rows.capacity() / 8) {
+      rows.Rebuild(rows.size(), &old_to_new);
+      Translate();
+    }
+  }
+  void AddChildRow(uint32_t parent) {
+    Row& p = rows.slot(parent);
+    if (ChildRows(p) < kMaxChildRows) p.link += 1u << kParentBits;
+  }
+  // Erases row i (nobody holds it, no row names it) and then every parent left
+  // unheld without child rows.
+  void EraseRow(uint32_t i) {
+    for (;;) {
+      const uint32_t parent = ParentOf(rows.slot(i));
+      rows.Erase(i);
+      if (!IsRow(parent)) return;
+      Row& p = rows.slot(parent);
+      const uint32_t n = ChildRows(p);
+      if (n == kMaxChildRows) return;  // saturated: kept until the table empties
+      p.link -= 1u << kParentBits;
+      if (n != 1 || p.holders != 0) return;
+      --kept_rows;
+      i = parent;
+    }
+  }
+  // Row i lost its last holder.
+  void Unheld(uint32_t i) {
+    if (ChildRows(rows.slot(i)) == 0) {
+      EraseRow(i);
+    } else {
+      ++kept_rows;
+    }
   }
 
   void Refresh(TargetId id) {
@@ -390,8 +461,8 @@ struct KvIndex::Impl {
 
   // After `applied` more blocks of the event path: a target that lost the
   // prefix-closed flag tries to prove it again once it has applied as many blocks
-  // as 4x its size (so the proof, two lookups per held block, costs at most half a
-  // lookup per applied block).
+  // as 4x its size (so the proof, two row reads per held block, costs at most half
+  // a row read per applied block).
   // Targets above this many blocks are not rechecked (one proof would hold the
   // writer for too long); they are walked until cleared.
   static constexpr size_t kMaxRecheckBlocks = size_t{1} << 16;
@@ -417,87 +488,90 @@ struct KvIndex::Impl {
   // block's parent (its row's) must be held by the target; the children counts are
   // recomputed. Needs every held block in the engine map exactly once.
   void Recheck(TargetId id, Target& t) {
-    if (t.has_unmapped || t.engine_to_router.size() != t.block_count) return;
-    for (const auto& [engine, router] : t.engine_to_router) {
-      auto it = table.find(router);
-      if (it == table.end()) return;
-      const uint32_t w = Get(it->second.holders, id);
-      if (w == 0) return;
-      Put(it->second.holders, id, w & ~(kMaxChildren << 4));
-    }
-    for (const auto& [engine, router] : t.engine_to_router) {
-      const BlockHash parent = table.find(router)->second.parent;
-      if (parent == 0) continue;
-      auto p = table.find(parent);
-      const uint32_t w = p == table.end() ? 0 : Get(p->second.holders, id);
-      if (w == 0 || HolderChildren(w) == kMaxChildren) return;  // an orphan, or saturated
-      Put(p->second.holders, id, w + (1u << 4));
-    }
-    t.closed = true;
+    if (t.has_unmapped || t.engine_map.size() != t.block_count) return;
+    bool ok = true;
+    t.engine_map.ForEach([&](uint32_t e) {
+      Row& r = rows.slot(t.engine_map.slot(e).row);
+      const uint32_t w = Get(r.holders, id);
+      if (w == 0) ok = false;
+      if (ok) Put(r.holders, id, w & ~(kMaxChildren << 4));
+    });
+    if (!ok) return;
+    t.engine_map.ForEach([&](uint32_t e) {
+      if (!ok) return;
+      const uint32_t parent = ParentOf(rows.slot(t.engine_map.slot(e).row));
+      if (parent == kRoot) return;
+      if (!IsRow(parent)) {
+        ok = false;  // parent not known
+        return;
+      }
+      Row& p = rows.slot(parent);
+      const uint32_t w = Get(p.holders, id);
+      if (w == 0 || HolderChildren(w) == kMaxChildren) {
+        ok = false;  // an orphan, or saturated
+        return;
+      }
+      Put(p.holders, id, w + (1u << 4));
+    });
+    if (ok) t.closed = true;
   }
 
-  // One more child of `parent_row` held by the target (a new entry whose parent is
-  // that row). Clears `closed` when the parent is not held or the count saturates.
-  static void AddChild(TargetId id, Target& t, Row* parent_row) {
-    if (!t.closed) return;
-    const uint32_t w = parent_row ? Get(parent_row->holders, id) : 0;
-    if (w == 0 || HolderChildren(w) == kMaxChildren) {
-      t.closed = false;
-      return;
+  // Adds `tier_bit` for (id, hash) and returns its row. When `linked`, `parent` is the
+  // block's parent row (kRoot: a chain root; kUnknownParent: the caller's parent has
+  // no row). Sets *fresh when the target did not hold the hash on any tier before.
+  // REQUIRES: room for one more row (ReserveRows).
+  uint32_t AddTier(TargetId id, Target& t, BlockHash hash, uint32_t tier_bit, bool linked,
+                   uint32_t parent, bool* fresh) {
+    auto [i, inserted] = rows.FindOrInsert(hash);
+    Row& row = rows.slot(i);
+    *fresh = false;
+    if (inserted) {
+      row.holders = Encode(id, tier_bit);
+      row.link = kUnknownParent;
+    } else {
+      if (row.holders == 0) --kept_rows;  // held again
+      const uint32_t old = Get(row.holders, id);
+      if (HolderTiers(old) & tier_bit) return i;
+      if (old != 0) {
+        ++t.tier_entries[std::countr_zero(tier_bit)];
+        Put(row.holders, id, old | (tier_bit << 1));
+        return i;
+      }
+      Put(row.holders, id, Encode(id, tier_bit));
     }
-    Put(parent_row->holders, id, w + (1u << 4));
-  }
-
-  // Adds `tier_bit` for (id, hash). `parent` is the block's parent when `linked`
-  // (0 = chain root); `parent_row` is its row when the caller has it (else looked
-  // up). Returns true when the target did not hold the hash on any tier before.
-  // REQUIRES: no rehash of `table` can happen while `parent_row` is used (callers
-  // reserve).
-  bool AddTier(TargetId id, Target& t, BlockHash hash, uint32_t tier_bit, bool linked,
-               BlockHash parent, Row* parent_row, Row** row_out = nullptr) {
-    auto [it, inserted] = table.try_emplace(hash, Row{0, linked ? parent : 0});
-    Row& row = it->second;
-    if (row_out) *row_out = &row;
-    const uint32_t old = Get(row.holders, id);
-    const uint32_t old_tiers = HolderTiers(old);
-    if (old_tiers & tier_bit) return false;
     ++t.tier_entries[std::countr_zero(tier_bit)];
-    if (old != 0) {
-      Put(row.holders, id, old | (tier_bit << 1));
-      return false;
-    }
-    Put(row.holders, id, Encode(id, tier_bit));
     ++t.block_count;
     ++entries;
-    if (!t.closed) return true;
-    if (!linked) {
-      t.closed = false;
-      return true;
+    *fresh = true;
+    // The row's parent is a property of the block; an unknown one is learnt from a
+    // linked insert. A row that disagrees can only be a hash collision or
+    // inconsistent input: the target stops being bisected.
+    if (linked && ParentOf(row) == kUnknownParent && parent != kUnknownParent) {
+      row.link = (row.link & ~kParentMask) | parent;
+      if (IsRow(parent)) AddChildRow(parent);
     }
-    // The row's parent is a property of the block; an unknown one (0: the row came
-    // in unlinked) is learnt now. A row that disagrees can only be a hash collision
-    // or inconsistent input: the target stops being bisected.
-    if (row.parent == 0 && parent != 0) row.parent = parent;
-    if (row.parent != parent) {
+    if (!t.closed) return i;
+    if (!linked || ParentOf(row) != parent || parent == kUnknownParent) {
       t.closed = false;
-      return true;
+      return i;
     }
-    if (parent != 0) {
-      if (parent_row == nullptr) {
-        auto p = table.find(parent);
-        parent_row = p == table.end() ? nullptr : &p->second;
+    if (parent != kRoot) {
+      // One more child of the parent held by the target; the parent must be held.
+      Row& p = rows.slot(parent);
+      const uint32_t w = Get(p.holders, id);
+      if (w == 0 || HolderChildren(w) == kMaxChildren) {
+        t.closed = false;
+      } else {
+        Put(p.holders, id, w + (1u << 4));
       }
-      AddChild(id, t, parent_row);
     }
-    return true;
+    return i;
   }
 
-  // Drops `tier_mask` tiers of (id, hash). Returns (tiers dropped, tiers left).
-  std::pair<uint32_t, uint32_t> DropTiers(TargetId id, Target& t, BlockHash hash,
-                                          uint32_t tier_mask) {
-    auto it = table.find(hash);
-    if (it == table.end()) return {0, 0};
-    Row& row = it->second;
+  // Drops `tier_mask` tiers of (id, row i). Returns (tiers dropped, tiers left); the
+  // row may be erased (when nobody holds it any more and no row names it).
+  std::pair<uint32_t, uint32_t> DropTiers(TargetId id, Target& t, uint32_t i, uint32_t tier_mask) {
+    Row& row = rows.slot(i);
     const uint32_t old = Get(row.holders, id);
     const uint32_t old_tiers = HolderTiers(old);
     const uint32_t dropped = old_tiers & tier_mask;
@@ -515,82 +589,85 @@ struct KvIndex::Impl {
     if (t.closed) {
       // The entry goes: its own children would be orphans; its parent has one
       // child fewer.
+      const uint32_t parent = ParentOf(row);
       if (HolderChildren(old) > 0) {
         t.closed = false;
-      } else if (row.parent != 0) {
-        auto p = table.find(row.parent);
-        const uint32_t w = p == table.end() ? 0 : Get(p->second.holders, id);
+      } else if (IsRow(parent)) {
+        Row& p = rows.slot(parent);
+        const uint32_t w = Get(p.holders, id);
         if (w == 0 || HolderChildren(w) == 0) {
           t.closed = false;
         } else {
-          Put(p->second.holders, id, w - (1u << 4));
+          Put(p.holders, id, w - (1u << 4));
         }
+      } else if (parent != kRoot) {
+        t.closed = false;
       }
     }
-    if (!Put(row.holders, id, 0)) table.erase(it);
+    Put(row.holders, id, 0);
+    if (row.holders == 0) Unheld(i);
     return {dropped, left};
   }
 
   void Clear(TargetId id, Target& t) {
     t.closed = false;  // no children bookkeeping while everything goes
     if (t.has_unmapped) {
-      for (auto it = table.begin(); it != table.end();) {
-        const uint32_t w = Get(it->second.holders, id);
-        if (w == 0) {
-          ++it;
-          continue;
-        }
-        --t.block_count;
-        --entries;
-        if (Put(it->second.holders, id, 0)) {
-          ++it;
-        } else {
-          table.erase(it++);
-        }
+      for (uint32_t i = 0; i < rows.capacity(); ++i) {
+        if (rows.full(i) && Get(rows.slot(i).holders, id) != 0) DropTiers(id, t, i, 7);
       }
     } else {
-      for (const auto& [engine, router] : t.engine_to_router) DropTiers(id, t, router, 7);
+      t.engine_map.ForEach([&](uint32_t e) { DropTiers(id, t, t.engine_map.slot(e).row, 7); });
     }
-    // Swap with an empty map so the memory is returned, not just the elements.
-    absl::flat_hash_map<BlockHash, BlockHash>().swap(t.engine_to_router);
+    t.engine_map.Clear();
     t.has_unmapped = false;
+    t.aliased = false;
     assert(t.block_count == 0);
     t.block_count = 0;
     for (size_t& n : t.tier_entries) n = 0;
     t.closed = true;  // empty: trivially prefix-closed
     Refresh(id);
-    // Give memory back when the table is mostly empty (a large target left).
-    if (table.capacity() > 1024 && table.size() < table.capacity() / 8) table.rehash(0);
+    MaybeShrink();
   }
 
-  // Inserts the chain `router` continuing `parent` (0 = a root) on `tier_bit`;
-  // maps engine_hashes[i] -> router[i] when `engine_hashes` is not null. Returns
-  // whether some block was newly held without a mapping.
-  void InsertChain(TargetId id, Target& t, BlockHash parent, std::span<const BlockHash> router,
+  // Drops engine map entries whose rows the target no longer holds (after direct
+  // removals), so no entry names a row that may be erased.
+  void PurgeEngineMap(TargetId id, Target& t) {
+    if (t.engine_map.size() == 0) return;
+    t.engine_map.ForEach([&](uint32_t e) {
+      if (Get(rows.slot(t.engine_map.slot(e).row).holders, id) == 0) t.engine_map.Erase(e);
+    });
+  }
+
+  // Inserts the chain `router` continuing `parent_hash` (0 = a root) on `tier_bit`;
+  // maps engine_hashes[i] -> router[i] when `engine_hashes` is not null.
+  void InsertChain(TargetId id, Target& t, BlockHash parent_hash, std::span<const BlockHash> router,
                    uint32_t tier_bit, const std::span<const BlockHash>* engine_hashes) {
-    // No rehash inside the loop: the previous block's row pointer stays valid.
-    table.reserve(table.size() + router.size());
-    for (BlockHash h : router) table.prefetch(h);
+    ReserveRows(router.size());  // no rebuild inside the loop: row indices stay valid
+    for (BlockHash h : router) rows.Prefetch(h);
     if (engine_hashes != nullptr) {
-      t.engine_to_router.reserve(t.engine_to_router.size() + router.size());
-      for (BlockHash e : *engine_hashes) t.engine_to_router.prefetch(e);
+      t.engine_map.Reserve(router.size(), nullptr);
+      for (BlockHash e : *engine_hashes) t.engine_map.Prefetch(e);
     }
-    Row* parent_row = nullptr;
-    if (parent != 0 && t.closed) {
-      auto p = table.find(parent);
-      if (p != table.end()) parent_row = &p->second;
+    uint32_t parent = kRoot;
+    if (parent_hash != 0) {
+      parent = rows.Find(parent_hash);
+      if (parent == kNoRow) parent = kUnknownParent;
     }
     for (size_t i = 0; i < router.size(); ++i) {
-      Row* row = nullptr;
-      const bool fresh =
-          AddTier(id, t, router[i], tier_bit, /*linked=*/true, parent, parent_row, &row);
+      bool fresh = false;
+      const uint32_t row = AddTier(id, t, router[i], tier_bit, /*linked=*/true, parent, &fresh);
       if (engine_hashes != nullptr) {
-        t.engine_to_router.insert_or_assign((*engine_hashes)[i], router[i]);
+        auto [e, inserted] = t.engine_map.FindOrInsert((*engine_hashes)[i]);
+        EngineEntry& entry = t.engine_map.slot(e);
+        // An engine hash re-stored for another block: the old block stays held
+        // without a mapping.
+        if (!inserted && entry.row != row) t.has_unmapped = true;
+        if (inserted && !fresh) t.aliased = true;
+        entry.row = row;
       } else if (fresh) {
         t.has_unmapped = true;
       }
-      parent = router[i];
-      parent_row = row;
+      parent = row;
     }
   }
 
@@ -598,7 +675,7 @@ struct KvIndex::Impl {
   void PrefetchMids(std::span<const BlockHash> chain, uint32_t lo, uint32_t hi, int depth) const {
     if (depth == 0 || hi - lo <= 1) return;
     const uint32_t mid = (lo + hi) / 2;
-    table.prefetch(chain[mid]);
+    rows.Prefetch(chain[mid]);
     PrefetchMids(chain, lo, mid, depth - 1);
     PrefetchMids(chain, mid, hi, depth - 1);
   }
@@ -636,6 +713,7 @@ TargetId KvIndex::AddTarget(const TargetKey& key, size_t block_size) {
   t.block_count = 0;
   t.closed = true;
   t.has_unmapped = false;
+  t.aliased = false;
   for (size_t& n : t.tier_entries) n = 0;
   if (impl_->walk_mode.size() <= id) impl_->walk_mode.resize(id + 1);
   impl_->Refresh(id);
@@ -686,9 +764,9 @@ StoreOutcome KvIndex::ApplyStored(TargetId id, std::optional<BlockHash> parent_e
   if (t == nullptr) return StoreOutcome::kUnknownTarget;
   BlockHash parent = 0;
   if (parent_engine_hash.has_value()) {
-    auto it = t->engine_to_router.find(*parent_engine_hash);
-    if (it == t->engine_to_router.end()) return StoreOutcome::kUnknownParent;
-    parent = it->second;
+    const uint32_t e = t->engine_map.Find(*parent_engine_hash);
+    if (e == EngineMap::kNone) return StoreOutcome::kUnknownParent;
+    parent = impl_->rows.slot(t->engine_map.slot(e).row).hash;
   }
   std::vector<BlockHash>& router = Scratch().hashes;
   router.clear();
@@ -709,42 +787,44 @@ RemoveResult KvIndex::ApplyRemoved(TargetId id, std::span<const BlockHash> engin
     return result;
   }
   const uint32_t bit = TierBit(tier);
-  auto& map = t->engine_to_router;
-  auto& table = impl_->table;
+  EngineMap& map = t->engine_map;
+  RowTable& rows = impl_->rows;
   const bool was_closed = t->closed;
   // In chunks, passes so the dependent cache misses of each block (engine map, its
-  // table row, the parent's row) overlap across the chunk: prefetch the map rows;
-  // read them and prefetch the table rows; read those and prefetch the parents'
-  // rows; apply.
+  // row, the parent's row) overlap across the chunk: prefetch the map slots; find
+  // them and prefetch the rows; read those and prefetch the parents' rows; apply.
   constexpr size_t kChunk = 32;
-  BlockHash routers[kChunk];
+  uint32_t entry_of[kChunk];
   for (size_t start = 0; start < engine_hashes.size(); start += kChunk) {
     const auto chunk = engine_hashes.subspan(start, std::min(kChunk, engine_hashes.size() - start));
-    for (BlockHash engine : chunk) map.prefetch(engine);
+    for (BlockHash engine : chunk) map.Prefetch(engine);
     for (size_t i = 0; i < chunk.size(); ++i) {
-      auto it = map.find(chunk[i]);
-      routers[i] = it == map.end() ? 0 : it->second;
-      if (it != map.end()) table.prefetch(it->second);
+      entry_of[i] = map.Find(chunk[i]);
+      if (entry_of[i] != EngineMap::kNone)
+        __builtin_prefetch(&rows.slot(map.slot(entry_of[i]).row));
     }
     if (t->closed) {
       for (size_t i = 0; i < chunk.size(); ++i) {
-        if (routers[i] == 0) continue;
-        auto row = table.find(routers[i]);
-        if (row != table.end() && row->second.parent != 0) table.prefetch(row->second.parent);
+        if (entry_of[i] == EngineMap::kNone) continue;
+        const uint32_t parent = ParentOf(rows.slot(map.slot(entry_of[i]).row));
+        if (IsRow(parent)) __builtin_prefetch(&rows.slot(parent));
       }
     }
     for (size_t i = 0; i < chunk.size(); ++i) {
-      auto it = map.find(chunk[i]);
-      if (it == map.end()) {
+      const uint32_t e = entry_of[i];
+      // (An engine hash twice in one event: its entry went with the first.)
+      if (e == EngineMap::kNone || !map.full(e) || map.slot(e).key() != chunk[i]) {
         ++result.unknown;
         continue;
       }
-      auto [dropped, left] = impl_->DropTiers(id, *t, it->second, bit);
+      auto [dropped, left] = impl_->DropTiers(id, *t, map.slot(e).row, bit);
       if (dropped) ++result.removed;
-      if (left == 0) map.erase(it);
+      if (left == 0) map.Erase(e);
     }
   }
+  if (t->aliased) impl_->PurgeEngineMap(id, *t);
   impl_->AfterEvent(id, *t, was_closed, engine_hashes.size());
+  impl_->MaybeShrink();
   return result;
 }
 
@@ -756,17 +836,18 @@ void KvIndex::ApplyCleared(TargetId id) {
 void KvIndex::InsertRouterHashes(TargetId id, std::span<const BlockHash> router_hashes, Tier tier) {
   Impl::Target* t = impl_->Live(id);
   if (t == nullptr) return;
+  impl_->ReserveRows(router_hashes.size());
   for (size_t i = 0; i < router_hashes.size() && i < kPrefetchDistance; ++i) {
-    impl_->table.prefetch(router_hashes[i]);
+    impl_->rows.Prefetch(router_hashes[i]);
   }
   const uint32_t bit = TierBit(tier);
   for (size_t i = 0; i < router_hashes.size(); ++i) {
     if (i + kPrefetchDistance < router_hashes.size()) {
-      impl_->table.prefetch(router_hashes[i + kPrefetchDistance]);
+      impl_->rows.Prefetch(router_hashes[i + kPrefetchDistance]);
     }
-    if (impl_->AddTier(id, *t, router_hashes[i], bit, /*linked=*/false, 0, nullptr)) {
-      t->has_unmapped = true;
-    }
+    bool fresh = false;
+    impl_->AddTier(id, *t, router_hashes[i], bit, /*linked=*/false, kUnknownParent, &fresh);
+    if (fresh) t->has_unmapped = true;
   }
   impl_->Refresh(id);
 }
@@ -785,9 +866,12 @@ size_t KvIndex::RemoveRouterHashes(TargetId id, std::span<const BlockHash> route
   if (t == nullptr) return 0;
   size_t removed = 0;
   for (BlockHash h : router_hashes) {
-    if (impl_->DropTiers(id, *t, h, TierBit(tier)).first) ++removed;
+    const uint32_t i = impl_->rows.Find(h);
+    if (i != kNoRow && impl_->DropTiers(id, *t, i, TierBit(tier)).first) ++removed;
   }
+  impl_->PurgeEngineMap(id, *t);
   impl_->Refresh(id);
+  impl_->MaybeShrink();
   return removed;
 }
 
@@ -802,7 +886,7 @@ void KvIndex::Impl::LinearWalk(std::span<const BlockHash> chain,
   s.run.assign(n, 0);
 
   const size_t blocks = chain.size();
-  for (size_t i = 0; i < blocks && i < kPrefetchDistance; ++i) table.prefetch(chain[i]);
+  for (size_t i = 0; i < blocks && i < kPrefetchDistance; ++i) rows.Prefetch(chain[i]);
 
   // Counts a still-matching candidate's hit on block b at its best tier (device
   // hits are derived at the end: run − host − disk).
@@ -838,11 +922,12 @@ void KvIndex::Impl::LinearWalk(std::span<const BlockHash> chain,
 
   // Wide mode: bitset intersection, one word at a time.
   for (; wide && b < blocks; ++b) {
-    if (b + kPrefetchDistance < blocks) table.prefetch(chain[b + kPrefetchDistance]);
-    auto it = table.find(chain[b]);
-    if (it == table.end()) break;
-    const Holders v = it->second.holders;
-    const HolderSet* set = IsHeap(v) ? Heap(v) : nullptr;
+    if (b + kPrefetchDistance < blocks) rows.Prefetch(chain[b + kPrefetchDistance]);
+    const uint32_t r = rows.Find(chain[b]);
+    if (r == kNoRow) break;
+    const uint32_t v = rows.slot(r).holders;
+    if (v == 0) break;  // a kept parent row: nobody holds the block
+    const HolderSet* set = IsSet(v) ? &SetOf(v) : nullptr;
     if (set != nullptr) {
       // Planes of the row's holders: the set's own when dense; a sparse set's
       // holders are scattered into scratch planes (and cleared again below).
@@ -912,7 +997,6 @@ void KvIndex::Impl::LinearWalk(std::span<const BlockHash> chain,
       }
       continue;
     }
-    // Inline row (at most two holders): the survivors are among them.
     // Few holders (inline or sparse): the survivors are among them, at most 32.
     auto keep = [&](uint32_t h) {
       const TargetId t = HolderTarget(h);
@@ -925,8 +1009,7 @@ void KvIndex::Impl::LinearWalk(std::span<const BlockHash> chain,
       s.small.push_back(pos);
       count_lower_tier(pos, HolderTiers(h));
     };
-    if (Lo(v)) keep(Lo(v));
-    if (Hi(v)) keep(Hi(v));
+    keep(v);
     for (uint32_t w = 0; w < words; ++w) {
       for (uint64_t bits = s.still[w]; bits; bits &= bits - 1) {
         s.run[s.pos_of[w * 64 + std::countr_zero(bits)]] = static_cast<uint32_t>(b);
@@ -948,13 +1031,14 @@ void KvIndex::Impl::LinearWalk(std::span<const BlockHash> chain,
   } else {
     // Small mode: test each survivor against each block's holders.
     for (; b < blocks && !s.small.empty(); ++b) {
-      if (b + kPrefetchDistance < blocks) table.prefetch(chain[b + kPrefetchDistance]);
-      auto it = table.find(chain[b]);
-      if (it == table.end()) break;
-      const Holders v = it->second.holders;
+      if (b + kPrefetchDistance < blocks) rows.Prefetch(chain[b + kPrefetchDistance]);
+      const uint32_t r = rows.Find(chain[b]);
+      if (r == kNoRow) break;
+      const uint32_t v = rows.slot(r).holders;
+      if (v == 0) break;
       for (size_t i = 0; i < s.small.size();) {
         const uint32_t pos = s.small[i];
-        const uint32_t tiers = TiersOf(v, candidates[pos]);
+        const uint32_t tiers = HolderTiers(Get(v, candidates[pos]));
         if (tiers == 0) {
           s.run[pos] = static_cast<uint32_t>(b);
           s.small[i] = s.small.back();
@@ -1013,17 +1097,16 @@ void KvIndex::Impl::Bisect(std::span<const BlockHash> chain, std::span<const Tar
     Probe p{i, false, static_cast<uint32_t>(s.pool.size())};
     s.pool.resize(s.pool.size() + words, 0);
     uint64_t* bits = s.pool.data() + p.bits;
-    auto it = table.find(chain[i]);
-    if (it == table.end()) return p;
-    const Holders v = it->second.holders;
+    const uint32_t r = rows.Find(chain[i]);
+    if (r == kNoRow) return p;
+    const uint32_t v = rows.slot(r).holders;
     auto add = [&](uint32_t h) {
       const TargetId t = HolderTarget(h);
       if ((t >> 6) < words) bits[t >> 6] |= uint64_t{1} << (t & 63);
     };
-    if (!IsHeap(v)) {
-      if (Lo(v)) add(Lo(v));
-      if (Hi(v)) add(Hi(v));
-    } else if (const HolderSet* set = Heap(v); !set->dense) {
+    if (!IsSet(v)) {
+      if (v) add(v);
+    } else if (const HolderSet* set = &SetOf(v); !set->dense) {
       for (uint32_t h : set->sparse) add(h);
     } else {
       const uint32_t row_words = std::min(words, set->words);
@@ -1067,8 +1150,8 @@ void KvIndex::Impl::Bisect(std::span<const BlockHash> chain, std::span<const Tar
   const Probe first = probe(0);
   if (!first.any) return;  // nobody holds block 0
   if (blocks > 1) {
-    table.prefetch(chain[blocks - 1]);
-    table.prefetch(chain[(blocks - 1) / 2]);
+    rows.Prefetch(chain[blocks - 1]);
+    rows.Prefetch(chain[(blocks - 1) / 2]);
   }
   bool ok = true;
   {
@@ -1139,12 +1222,12 @@ void KvIndex::FindMatches(std::span<const BlockHash> chain, std::span<const Targ
   // The bisection's first probes are known now: their misses overlap the candidate
   // pass below (for a few candidates that pass is too short to hide the two
   // speculative ones, which a no-hit query would pay for; Bisect issues them then).
-  const auto& table = impl_->table;
+  const auto& rows = impl_->rows;
   const size_t blocks = chain.size();
-  table.prefetch(chain[0]);
+  rows.Prefetch(chain[0]);
   if (n > 64) {
-    table.prefetch(chain[blocks - 1]);
-    table.prefetch(chain[(blocks - 1) / 2]);
+    rows.Prefetch(chain[blocks - 1]);
+    rows.Prefetch(chain[(blocks - 1) / 2]);
   }
   const uint8_t* mode = impl_->walk_mode.data();
   WalkScratch& s = Scratch();
@@ -1205,20 +1288,21 @@ size_t KvIndex::BlockCount(TargetId id) const {
 
 size_t KvIndex::EntryCount() const { return impl_->entries; }
 
-size_t KvIndex::DistinctHashCount() const { return impl_->table.size(); }
+size_t KvIndex::DistinctHashCount() const { return impl_->rows.size() - impl_->kept_rows; }
 
 bool KvIndex::Holds(TargetId id, BlockHash router_hash, Tier tier) const {
   if (impl_->Live(id) == nullptr) return false;
-  auto it = impl_->table.find(router_hash);
-  return it != impl_->table.end() && (TiersOf(it->second.holders, id) & TierBit(tier));
+  const uint32_t r = impl_->rows.Find(router_hash);
+  return r != kNoRow && (HolderTiers(impl_->Get(impl_->rows.slot(r).holders, id)) & TierBit(tier));
 }
 
 std::vector<BlockHash> KvIndex::RouterHashes(TargetId id) const {
   std::vector<BlockHash> out;
   if (impl_->Live(id) == nullptr) return out;
-  for (const auto& [hash, row] : impl_->table) {
-    if (TiersOf(row.holders, id) != 0) out.push_back(hash);
-  }
+  impl_->rows.ForEach([&](uint32_t r) {
+    const Row& row = impl_->rows.slot(r);
+    if (impl_->Get(row.holders, id) != 0) out.push_back(row.hash);
+  });
   return out;
 }
 
@@ -1229,7 +1313,7 @@ bool KvIndex::IsPrefixClosed(TargetId id) const {
 
 size_t KvIndex::MappedEngineHashCount(TargetId id) const {
   const Impl::Target* t = impl_->Live(id);
-  return t ? t->engine_to_router.size() : 0;
+  return t ? t->engine_map.size() : 0;
 }
 
 }  // namespace infera::core
