@@ -277,8 +277,9 @@ def test_local_errors(procs, workers):
 
 
 def big_prompt_request(chars):
-    rng = random.Random(12)
-    prompt = "".join(rng.choice(string.ascii_letters) for _ in range(chars))
+    letters = string.ascii_letters.encode()
+    table = bytes(letters[i % len(letters)] for i in range(256))
+    prompt = random.Random(12).randbytes(chars).translate(table).decode()
     body = json.dumps({"model": "mock-model", "prompt": prompt, "max_tokens": 1}).encode()
     return (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
