@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   std::string kv_transport = "zmq";
   std::string request_transport = "http";
   std::string log_level = "info";
+  uint64_t random_seed = 0;
   uint64_t max_body = opt.server.max_body_bytes;
   uint32_t max_header = opt.server.max_header_bytes;
   std::string pd_guard_release = "completion";
@@ -85,6 +86,17 @@ int main(int argc, char** argv) {
                  "Directory with tokenizer.json and tokenizer_config.json (chat template); "
                  "without it prompts are estimated as bytes/4 and only integer-array prompts "
                  "get cache hits");
+  app.add_option("--max-tokenize-bytes", opt.max_tokenize_bytes,
+                 "Prompts longer than this (completions text, or the chat body and its "
+                 "rendering) are not tokenized: sized by the bytes/4 estimate (0: no limit)")
+      ->capture_default_str();
+  app.add_option("--tokenize-threads", opt.tokenize_threads,
+                 "Threads rendering and tokenizing prompts of 16 KiB and more off the event "
+                 "loops (0: max(1, cores / 2))")
+      ->capture_default_str();
+  CLI::Option* seed_flag =
+      app.add_option("--router-random-seed", random_seed,
+                     "Seed of --router-policy random (default: from the OS, logged at start)");
   app.add_option("--discovery-backend", discovery_backend, "static | etcd")->capture_default_str();
   app.add_option("--etcd-endpoint", etcd_endpoint, "etcd endpoints host:port[,host:port]")
       ->capture_default_str();
@@ -112,6 +124,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-body-bytes", max_body, "Request body limit (413 above)")
       ->capture_default_str();
   app.add_option("--max-header-bytes", max_header, "Request header limit (431 above)")
+      ->capture_default_str();
+  app.add_option("--max-connections", opt.server.max_connections,
+                 "Open client connections; past it a new one gets 503 (0: (open-file limit "
+                 "- 64) / 2, the soft limit raised to the hard one at start)")
       ->capture_default_str();
   app.add_option("--idle-timeout-ms", opt.server.idle_timeout_ms,
                  "Close idle keep-alive client connections after this")
@@ -160,6 +176,11 @@ int main(int argc, char** argv) {
     spdlog::error("--port out of range");
     return 2;
   }
+  if (opt.server.max_connections < 0) {
+    spdlog::error("--max-connections must be >= 0");
+    return 2;
+  }
+  if (seed_flag->count() > 0) opt.random_seed = random_seed;
   opt.kv_events = kv_transport == "zmq";
   opt.server.host = host;
   opt.server.port = static_cast<uint16_t>(port);

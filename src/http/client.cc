@@ -3,8 +3,12 @@
 #include <array>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
+#include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "absl/strings/cord.h"
 
 namespace infera::http {
 namespace beast = boost::beast;
@@ -16,8 +20,40 @@ namespace {
 
 auto NoThrow(beast::error_code& ec) { return asio::redirect_error(use_awaitable, ec); }
 
+// absl's own string_view (Debian's absl is not built on std::string_view).
+constexpr absl::string_view kLocalErrorPayload = "infera.http/local-error";
+
+// The errno name of a failure of this process's own resources, or "".
+std::string_view LocalKind(const beast::error_code& ec) {
+  if (ec.category() != boost::system::system_category() &&
+      ec.category() != boost::system::generic_category()) {
+    return "";
+  }
+  switch (ec.value()) {
+    case EMFILE:
+      return "emfile";
+    case ENFILE:
+      return "enfile";
+    case ENOBUFS:
+      return "enobufs";
+    case ENOMEM:
+      return "enomem";
+    default:
+      return "";
+  }
+}
+
+// Unavailable, or ResourceExhausted when the failure was local.
+absl::Status ConnectError(const beast::error_code& ec, std::string what) {
+  if (std::string_view kind = LocalKind(ec); !kind.empty()) {
+    return LocalResourceError(kind, what + ": out of local resources: " + ec.message());
+  }
+  return absl::UnavailableError(what + ": " + ec.message());
+}
+
 absl::Status MapError(const beast::error_code& ec, std::string_view what, bool cancelled) {
   if (cancelled) return absl::CancelledError(std::string(what) + ": cancelled");
+  if (!LocalKind(ec).empty()) return ConnectError(ec, std::string(what));
   if (ec == beast::error::timeout) {
     return absl::DeadlineExceededError(std::string(what) + ": deadline exceeded");
   }
@@ -29,6 +65,18 @@ absl::Status MapError(const beast::error_code& ec, std::string_view what, bool c
 }
 
 }  // namespace
+
+std::string LocalErrorKind(const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kResourceExhausted) return "";
+  auto kind = status.GetPayload(kLocalErrorPayload);
+  return kind ? std::string(*kind) : std::string();
+}
+
+absl::Status LocalResourceError(std::string_view kind, std::string message) {
+  absl::Status s = absl::ResourceExhaustedError(std::move(message));
+  s.SetPayload(kLocalErrorPayload, absl::Cord(absl::string_view(kind.data(), kind.size())));
+  return s;
+}
 
 struct Client::Pool {
   // Streams are held by pointer: moving a beast::tcp_stream allocates a new
@@ -189,20 +237,30 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
       beast::error_code ec;
       auto results = co_await resolver.async_resolve(endpoint.host, std::to_string(endpoint.port),
                                                      NoThrow(ec));
-      if (ec) co_return absl::UnavailableError("resolve " + key + ": " + ec.message());
+      if (ec) co_return ConnectError(ec, "resolve " + key);
       auto connect_deadline =
           std::min(deadline, std::chrono::steady_clock::now() +
                                  std::chrono::milliseconds(options_.connect_timeout_ms));
       conn->expires_at(connect_deadline);
       if (cancel) cancel->Bind([&conn] { conn->cancel(); });
-      co_await conn->async_connect(results, NoThrow(ec));
+      // Each address in turn, the socket opened here: Asio's range connect reports a
+      // socket it could not open (EMFILE) as operation_aborted, hiding a local failure.
+      ec = asio::error::host_not_found;
+      for (const auto& entry : results) {
+        conn->socket().open(entry.endpoint().protocol(), ec);
+        if (ec) break;  // local: another address would fail the same way
+        co_await conn->async_connect(entry.endpoint(), NoThrow(ec));
+        if (!ec || ec == beast::error::timeout || (cancel && cancel->cancelled())) break;
+        beast::error_code cec;
+        conn->socket().close(cec);
+      }
       if (cancel) cancel->Unbind();
       if (cancel && cancel->cancelled()) co_return absl::CancelledError("request cancelled");
       if (ec) {
         if (ec == beast::error::timeout && connect_deadline == deadline) {
           co_return absl::DeadlineExceededError("connect " + key + ": deadline exceeded");
         }
-        co_return absl::UnavailableError("connect " + key + ": " + ec.message());
+        co_return ConnectError(ec, "connect " + key);
       }
       beast::error_code nec;
       conn->socket().set_option(tcp::no_delay(true), nec);

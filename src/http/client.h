@@ -11,7 +11,10 @@
 // server closed the idle connection) is retried once on a fresh connection.
 //
 // Errors: cannot connect / connection lost -> Unavailable; deadline passed ->
-// DeadlineExceeded; Cancel() -> Cancelled; malformed response -> DataLoss.
+// DeadlineExceeded; Cancel() -> Cancelled; malformed response -> DataLoss; this
+// process's own descriptors or buffers ran out (EMFILE, ENFILE, ENOBUFS, ENOMEM when
+// creating the socket, connecting or writing) -> ResourceExhausted with
+// LocalErrorKind() naming it: no fault of the server.
 //
 // Thread-safety: a Client and its streams are used only on their loop's thread.
 #pragma once
@@ -39,6 +42,12 @@ struct ClientOptions {
 };
 
 using Deadline = std::chrono::steady_clock::time_point;
+
+// "emfile", "enfile", "enobufs" or "enomem" when `status` is a local resource failure
+// of Send (see above); "" otherwise.
+std::string LocalErrorKind(const absl::Status& status);
+// A ResourceExhausted status carrying `kind` for LocalErrorKind() (fakes use it too).
+absl::Status LocalResourceError(std::string_view kind, std::string message);
 
 // Cancels an exchange from outside (a proxy whose client disconnected): Cancel()
 // closes the upstream connection of the Send or ClientStream bound to it, so a

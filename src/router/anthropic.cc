@@ -221,7 +221,7 @@ void AnthropicStreamTranslator::Start(std::string& out) {
                  {"content", json::array()},
                  {"stop_reason", nullptr},
                  {"stop_sequence", nullptr},
-                 {"usage", {{"input_tokens", 0}, {"output_tokens", 0}}}}}});
+                 {"usage", {{"input_tokens", input_tokens_}, {"output_tokens", 0}}}}}});
 }
 
 void AnthropicStreamTranslator::CloseBlock(std::string& out) {
@@ -232,11 +232,11 @@ void AnthropicStreamTranslator::CloseBlock(std::string& out) {
 
 void AnthropicStreamTranslator::HandleChunk(const json& chunk, std::string& out) {
   if (!chunk.is_object()) return;
-  Start(out);
   if (chunk.contains("usage") && chunk["usage"].is_object()) {
     input_tokens_ = Count(chunk["usage"], "prompt_tokens", input_tokens_);
     output_tokens_ = Count(chunk["usage"], "completion_tokens", output_tokens_);
   }
+  Start(out);
   if (!chunk.contains("choices") || !chunk["choices"].is_array()) return;
   for (const auto& choice : chunk["choices"]) {
     if (!choice.is_object()) continue;

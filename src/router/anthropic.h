@@ -38,8 +38,11 @@ const char* AnthropicErrorType(int status);
 
 class AnthropicStreamTranslator {
  public:
-  AnthropicStreamTranslator(std::string model, std::string request_id)
-      : model_(std::move(model)), request_id_(std::move(request_id)) {}
+  // `input_tokens`: the prompt's size as the router counted it (its tokens, or the
+  // estimate), reported by message_start unless the engine's first chunk has usage;
+  // message_delta reports the engine's usage when it sent one.
+  AnthropicStreamTranslator(std::string model, std::string request_id, int64_t input_tokens = 0)
+      : model_(std::move(model)), request_id_(std::move(request_id)), input_tokens_(input_tokens) {}
   // Upstream SSE bytes in, Anthropic SSE bytes out (possibly empty).
   std::string Feed(std::string_view upstream_bytes);
   // Closes any open block and emits message_delta + message_stop if not yet sent.

@@ -5,6 +5,7 @@
 // Thread-safety: one per response.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "router/anthropic.h"
@@ -14,8 +15,11 @@ namespace infera::router {
 
 class AnthropicTransform final : public ResponseTransform {
  public:
-  AnthropicTransform(std::string model, std::string request_id)
-      : model_(model), request_id_(request_id), stream_(std::move(model), std::move(request_id)) {}
+  // `input_tokens`: the router's count of the prompt (message_start's usage).
+  AnthropicTransform(std::string model, std::string request_id, int64_t input_tokens)
+      : model_(model),
+        request_id_(request_id),
+        stream_(std::move(model), std::move(request_id), input_tokens) {}
 
   std::string Whole(int status, std::string body) override;
   std::string Chunk(std::string_view upstream_bytes) override {

@@ -333,6 +333,7 @@ absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body,
   if (n && IsInteger(*n) && IntegerValue(*n) >= 1 && IntegerValue(*n) <= 1'000'000) {
     req.n = static_cast<uint32_t>(IntegerValue(*n));
   }
+  req.client_dp_rank = Field(b, "data_parallel_rank").has_value();
   for (const char* key : {"session_id", "prompt_cache_key"}) {
     auto it = StringField(doc, key);
     if (it && req.session_id.empty()) req.session_id = std::string(*it);

@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <optional>
+#include <stdexcept>
 
 namespace infera::router {
 namespace {
@@ -24,6 +25,7 @@ class FakeResponse final : public UpstreamResponse {
     if (cancelled_) co_return absl::CancelledError("cancelled");
     if (next_ < script_.pieces.size())
       co_return std::optional<std::string>(script_.pieces[next_++]);
+    if (script_.throw_after_pieces) throw std::runtime_error("scripted exception in Read");
     if (script_.hold && !held_) {
       held_ = true;
       // Either cancellation wakes the hold: the client's (request) or Cancel() here.
@@ -162,6 +164,7 @@ http::Awaitable<absl::StatusOr<std::unique_ptr<UpstreamResponse>>> FakeUpstream:
     absl::Status woke = co_await Hold(request.cancel, request.deadline_ns, nullptr);
     if (!woke.ok()) co_return woke;
   }
+  if (script.throw_in_send) throw std::runtime_error("scripted exception in Send");
   if (!script.send_error.ok()) co_return script.send_error;
   co_return std::unique_ptr<UpstreamResponse>(std::make_unique<FakeResponse>(
       *this, std::move(script), request.cancel, request.deadline_ns));

@@ -34,6 +34,10 @@ struct Script {
   absl::Status read_error{};
   bool hold = false;              // wait for Release(), cancellation or Expire()
   bool hold_before_head = false;  // hold inside Send, before the head
+  // Throw std::runtime_error: from Send, or from Read after the pieces (a stage that
+  // throws: the pipeline's catch-all must account for it).
+  bool throw_in_send = false;
+  bool throw_after_pieces = false;
 };
 
 struct SentRequest {

@@ -13,7 +13,7 @@ UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg,
   up.deadline_ns = ctx.deadline_ns;
   up.cancel = ctx.cancel;
   const bool has_extra = extra != nullptr && extra->is_object() && !extra->empty();
-  if (!leg.dp_rank && !has_extra) {
+  if (!leg.dp_rank && !has_extra && !ctx.api.client_dp_rank) {
     up.body = ctx.upstream_body;
     return up;
   }
@@ -22,7 +22,12 @@ UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg,
     up.body = ctx.upstream_body;
     return up;
   }
-  if (leg.dp_rank) j["data_parallel_rank"] = *leg.dp_rank;
+  // The router owns the rank: a client's is replaced, or dropped for one rank.
+  if (leg.dp_rank) {
+    j["data_parallel_rank"] = *leg.dp_rank;
+  } else {
+    j.erase("data_parallel_rank");
+  }
   if (has_extra) {
     for (auto it = extra->begin(); it != extra->end(); ++it) j[it.key()] = it.value();
   }

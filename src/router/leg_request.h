@@ -2,8 +2,8 @@
 //
 // Headers: Content-Type, X-Infera-Request-Id, the client's Authorization. Body: the
 // request's upstream body, with data_parallel_rank set for a worker with several DP
-// ranks. A PD protocol leaf adds its own fields (bootstrap room, kv_transfer_params)
-// through `extra` the same way.
+// ranks (a client's value replaced) and a client's removed for a worker with one. A PD protocol
+// leaf adds its own fields (bootstrap room, kv_transfer_params) through `extra` the same way.
 //
 // Thread-safety: pure.
 #pragma once

@@ -1,5 +1,7 @@
 #include "router/mixed_dispatcher.h"
 
+#include <chrono>
+
 #include "router/api_errors.h"
 #include "router/leg_request.h"
 #include "router/relay.h"
@@ -17,6 +19,18 @@ MixedDispatcher::MixedDispatcher(int max_attempts, int64_t request_timeout_ms,
       upstream_(upstream),
       clock_(clock),
       metrics_(metrics) {}
+
+bool MixedDispatcher::LogLimiter::Allow() {
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
+  int64_t next = next_ns.load(std::memory_order_relaxed);
+  if (now_ns < next || !next_ns.compare_exchange_strong(next, now_ns + 1'000'000'000)) {
+    suppressed.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
+}
 
 void MixedDispatcher::ReportFailure(const FleetWorker& worker, const char* kind) {
   worker.health.OnFailure(clock_.NowNs());
@@ -58,6 +72,24 @@ http::Awaitable<void> MixedDispatcher::Dispatch(RequestContext& ctx, http::Respo
         co_await SendError(w, ctx.kind, 504,
                            "worker " + worker_id + " did not answer within " +
                                std::to_string(request_timeout_ms_) + " ms",
+                           ctx.request_id);
+        co_return;
+      }
+      if (code == absl::StatusCode::kResourceExhausted) {
+        // The router's own descriptors or buffers ran out (EMFILE...): not the
+        // worker's fault, and no other worker would fare better right now.
+        worker.health.OnAbandoned();
+        std::string kind = http::LocalErrorKind(sent.status());
+        metrics_.CountLocalError(kind.empty() ? "other" : kind);
+        if (local_error_log_.Allow()) {
+          spdlog::warn("request {}: {} ({} more in the last second not logged)", ctx.request_id,
+                       std::string(sent.status().message()),
+                       local_error_log_.suppressed.exchange(0));
+        }
+        ctx.End(Outcome::kRouterError, 503);
+        co_await SendError(w, ctx.kind, 503,
+                           "the router is out of local resources (" +
+                               std::string(sent.status().message()) + "); retry later",
                            ctx.request_id);
         co_return;
       }

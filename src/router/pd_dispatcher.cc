@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/pd_planner.h"
+#include "http/client.h"
 #include "router/api_errors.h"
 #include "router/leg_request.h"
 #include "router/pd_protocol.h"
@@ -101,7 +102,14 @@ const PdProtocol& PdProtocolFor(PlanProtocol protocol) {
 }
 
 struct PdDispatcher::PrefillResult {
-  enum Kind : uint8_t { kOk, kFailed, kClientError, kCancelled, kTimeout } kind = kCancelled;
+  enum Kind : uint8_t {
+    kOk,
+    kFailed,
+    kClientError,
+    kCancelled,
+    kTimeout,
+    kLocal
+  } kind = kCancelled;
   int status = 0;
   http::Headers headers;
   std::string body;
@@ -130,6 +138,18 @@ uint64_t PdDispatcher::NextRandom() {
 void PdDispatcher::ReportFailure(const FleetWorker& worker, const char* kind) {
   worker.health.OnFailure(clock_.NowNs());
   metrics_.CountUpstreamError(worker.record.worker_id, kind);
+}
+
+// The router's own descriptors or buffers ran out (ResourceExhausted from Send, as in
+// MixedDispatcher): not the worker's fault, no failover; the client gets 503.
+std::optional<std::string> PdDispatcher::LocalFailure(const FleetWorker& worker,
+                                                      const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kResourceExhausted) return std::nullopt;
+  worker.health.OnAbandoned();
+  const std::string kind = http::LocalErrorKind(status);
+  metrics_.CountLocalError(kind.empty() ? "other" : kind);
+  return "the router is out of local resources (" + std::string(status.message()) +
+         "); retry later";
 }
 
 bool PdDispatcher::ServesPd(const RequestContext& ctx) const {
@@ -341,6 +361,9 @@ http::Awaitable<void> PdDispatcher::RunPrefill(RequestContext& ctx, const PickLe
     if (error.code() == absl::StatusCode::kCancelled || cancel->cancelled()) {
       worker.health.OnAbandoned();
       out.kind = PrefillResult::kCancelled;
+    } else if (auto local = LocalFailure(worker, error)) {
+      out.kind = PrefillResult::kLocal;
+      out.message = std::move(*local);
     } else if (error.code() == absl::StatusCode::kDeadlineExceeded) {
       ReportFailure(worker, "timeout");
       metrics_.pd().CountBootstrapFailure("prefill_timeout");
@@ -388,6 +411,10 @@ http::Awaitable<PdDispatcher::LegEnd> PdDispatcher::PrefillFailed(
       ctx.End(Outcome::kTimeout, 504);
       co_await SendError(w, ctx.kind, 504, std::move(prefill.message), ctx.request_id);
       co_return LegEnd::kAnswered;
+    case PrefillResult::kLocal:
+      ctx.End(Outcome::kRouterError, 503);
+      co_await SendError(w, ctx.kind, 503, std::move(prefill.message), ctx.request_id);
+      co_return LegEnd::kAnswered;
     case PrefillResult::kCancelled:
       break;
   }
@@ -423,6 +450,11 @@ http::Awaitable<PdDispatcher::LegEnd> PdDispatcher::SendAndRelay(
       if (code == absl::StatusCode::kCancelled || cancel->cancelled() || w.client_gone()) {
         worker.health.OnAbandoned();
         co_return LegEnd::kCancelled;
+      }
+      if (auto local = LocalFailure(worker, sent.status())) {
+        ctx.End(Outcome::kRouterError, 503);
+        co_await SendError(w, ctx.kind, 503, std::move(*local), ctx.request_id);
+        co_return LegEnd::kAnswered;
       }
       if (code == absl::StatusCode::kDeadlineExceeded) {
         ReportFailure(worker, "timeout");

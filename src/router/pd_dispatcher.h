@@ -86,6 +86,9 @@ class PdDispatcher final : public Dispatcher {
   http::Awaitable<LegEnd> PrefillFailed(RequestContext& ctx, http::ResponseWriter& w,
                                         const PickLeg& leg, PrefillResult& prefill,
                                         PlanHistory& history, Failure& failure);
+  // Counts a local resource failure and returns the client's message; nullopt if
+  // `status` is not one.
+  std::optional<std::string> LocalFailure(const FleetWorker& worker, const absl::Status& status);
   void ReportFailure(const FleetWorker& worker, const char* kind);
   uint64_t NextRandom();
 

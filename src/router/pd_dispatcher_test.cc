@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "http/client.h"
 #include "router/fake_upstream.h"
 #include "router/router.h"
 #include "router/router_test_support.h"
@@ -508,6 +509,36 @@ TEST_F(PdDispatcherTest, PrefillDeadlineIs504) {
   EXPECT_EQ(json::parse(a.body)["error"]["message"],
             "prefill worker p:1 did not answer within 1000 ms");
   EXPECT_TRUE(SentTo("d:1").empty());
+}
+
+TEST_F(PdDispatcherTest, LocalResourceErrorsOnEitherLegAre503AndSpareTheBreakers) {
+  RouterOptions opt;
+  opt.breaker_failures = 1;
+  StartRouter(opt);
+  AddPair(discovery::PdProtocol::kVllmNixl);
+  const auto emfile = http::LocalResourceError("emfile", "connect p:1: out of local resources");
+  const std::string prefill_answer =
+      json({{"choices", json::array()},
+            {"kv_transfer_params", {{"do_remote_prefill", true}, {"remote_engine_id", "e1"}}}})
+          .dump();
+  // A host's last script repeats: the prefill fails locally once, then answers; the
+  // decode's connect fails locally once, then it answers.
+  fake_->Push("p:1", Script{.send_error = emfile});
+  fake_->Push("p:1", Script{.pieces = {prefill_answer}});
+  fake_->Push("d:1", Script{.send_error = emfile});
+  fake_->Push("d:1", Script{});
+  Answer a = Call("/v1/completions", Completion());
+  EXPECT_EQ(a.status, 503);
+  EXPECT_NE(a.body.find("the router is out of local resources"), std::string::npos) << a.body;
+  EXPECT_TRUE(SentTo("d:1").empty());  // no decode, no failover
+  a = Call("/v1/completions", Completion());
+  EXPECT_EQ(a.status, 503);
+  EXPECT_EQ(SentTo("d:1").size(), 1u);  // not retried
+  const std::string m = Metrics();
+  EXPECT_NE(m.find(R"(infera_router_local_errors_total{kind="emfile"} 2)"), std::string::npos) << m;
+  EXPECT_EQ(m.find("infera_router_upstream_errors_total{"), std::string::npos) << m;
+  // One failure would have opened either breaker: both still admit requests.
+  EXPECT_EQ(Call("/v1/completions", Completion()).status, 200);
 }
 
 }  // namespace

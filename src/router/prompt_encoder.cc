@@ -1,5 +1,9 @@
 #include "router/prompt_encoder.h"
 
+#include <algorithm>
+#include <exception>
+#include <thread>
+
 #include "spdlog/spdlog.h"
 #include "template/chat_template.h"
 #include "tokenizer/prefix_caching_encoder.h"
@@ -7,8 +11,14 @@
 
 namespace infera::router {
 
-PromptEncoder::PromptEncoder() = default;
-PromptEncoder::~PromptEncoder() = default;
+namespace asio = http::asio;
+
+PromptEncoder::PromptEncoder(PromptEncoderOptions options, RouterMetrics& metrics)
+    : options_(options), metrics_(metrics) {}
+
+PromptEncoder::~PromptEncoder() {
+  if (pool_) pool_->join();
+}
 
 absl::Status PromptEncoder::Load(const std::string& dir) {
   if (dir.empty()) return absl::OkStatus();
@@ -23,28 +33,78 @@ absl::Status PromptEncoder::Load(const std::string& dir) {
     spdlog::warn("no chat template in {}: {}; chat requests use the estimate", dir,
                  tmpl.status().ToString());
   }
+  threads_ = options_.threads > 0
+                 ? options_.threads
+                 : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+  pool_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(threads_));
   return absl::OkStatus();
 }
 
-void PromptEncoder::Encode(RequestContext& ctx,
-                           const std::optional<simdjson::dom::element>& dom) const {
-  ctx.tokens = std::move(ctx.api.prompt_tokens);
-  if (ctx.tokens || !encoder_) return;
-  if (ctx.kind == ApiKind::kCompletions) {
-    if (!ctx.api.prompt_text.empty()) ctx.tokens = tokenizer_->Encode(ctx.api.prompt_text, true);
-    return;
-  }
-  if (!template_ || !ctx.api.image_keys.empty()) return;
+PromptEncoder::Tokens PromptEncoder::EncodeText(ApiKind kind, const std::string& prompt_text,
+                                                const std::string& body,
+                                                const std::optional<simdjson::dom::element>& dom,
+                                                const std::string& request_id) const {
+  if (kind == ApiKind::kCompletions) return tokenizer_->Encode(prompt_text, true);
   // Chat renders from the parse of the body the worker receives; messages from its
   // translation to chat.
-  auto rendered = ctx.kind == ApiKind::kChat && dom ? template_->RenderDom(*dom)
-                                                    : template_->RenderJson(ctx.upstream_body);
-  if (rendered.ok()) {
-    ctx.tokens = encoder_->Encode(*rendered);
-  } else {
-    spdlog::debug("request {}: render failed ({}); using the estimate", ctx.request_id,
+  auto rendered =
+      kind == ApiKind::kChat && dom ? template_->RenderDom(*dom) : template_->RenderJson(body);
+  if (!rendered.ok()) {
+    spdlog::debug("request {}: render failed ({}); using the estimate", request_id,
                   rendered.status().ToString());
+    metrics_.CountPromptEstimated("render_failed");
+    return std::nullopt;
   }
+  if (options_.max_tokenize_bytes > 0 && rendered->size() > options_.max_tokenize_bytes) {
+    metrics_.CountPromptEstimated("over_max_tokenize_bytes");
+    return std::nullopt;
+  }
+  return encoder_->Encode(*rendered);
+}
+
+http::Awaitable<void> PromptEncoder::Encode(
+    RequestContext& ctx, const std::optional<simdjson::dom::element>& dom) const {
+  ctx.tokens = std::move(ctx.api.prompt_tokens);
+  if (ctx.tokens || !encoder_) co_return;
+  const bool completions = ctx.kind == ApiKind::kCompletions;
+  if (completions ? ctx.api.prompt_text.empty() : !template_ || !ctx.api.image_keys.empty()) {
+    co_return;
+  }
+  // What is rendered or tokenized: the prompt, or the body the chat renders from.
+  const size_t bytes = completions ? ctx.api.prompt_text.size() : ctx.upstream_body.size();
+  if (options_.max_tokenize_bytes > 0 && bytes > options_.max_tokenize_bytes) {
+    metrics_.CountPromptEstimated("over_max_tokenize_bytes");
+    co_return;
+  }
+  if (bytes < kPoolMinBytes) {
+    ctx.tokens = EncodeText(ctx.kind, ctx.api.prompt_text, ctx.upstream_body, dom, ctx.request_id);
+    co_return;
+  }
+  if (queued_.load(std::memory_order_relaxed) >= threads_ * kMaxQueuedPerThread) {
+    metrics_.CountPromptEstimated("tokenizer_busy");
+    co_return;
+  }
+  // On the pool: the parse in `dom` lives in this loop's parser, so the body is
+  // parsed again there (RenderJson); this coroutine resumes on its own loop.
+  queued_.fetch_add(1, std::memory_order_relaxed);
+  metrics_.TokenizeJobs(+1);
+  const std::optional<simdjson::dom::element> no_dom;
+  // Not an RAII guard: a frame destroyed unresumed at shutdown must not touch us.
+  std::exception_ptr error;
+  try {
+    ctx.tokens = co_await asio::co_spawn(
+        pool_->get_executor(),
+        [&]() -> http::Awaitable<Tokens> {
+          co_return EncodeText(ctx.kind, ctx.api.prompt_text, ctx.upstream_body, no_dom,
+                               ctx.request_id);
+        },
+        asio::use_awaitable);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  queued_.fetch_sub(1, std::memory_order_relaxed);
+  metrics_.TokenizeJobs(-1);
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace infera::router

@@ -8,19 +8,32 @@
 // request. Multimodal requests are not tokenized. A render failure falls back to the
 // estimate (logged at debug level).
 //
+// Hostile sizes (doc/router.md "Limits and hostile input"): a prompt longer than
+// max_tokenize_bytes (the completions text, or the chat body and its rendering) is
+// not tokenized: the estimate sizes it (one 15 MB prompt of random letters cost
+// 13.6 CPU-s). Prompts of kPoolMinBytes and more are rendered and tokenized on a
+// small worker pool, not on the I/O loop, so /health and other streams of that loop
+// never wait behind them; when the pool already has kMaxQueuedPerThread jobs per
+// thread waiting, the estimate is used instead of queueing.
+//
 // Next (render-parity probes, several template variants): one rendering per variant
 // lands here, the pick chooses among them.
 //
-// Thread-safety: Load() once before serving; Encode() from any thread (the
-// prefix-caching encoder locks internally).
+// Thread-safety: Load() once before serving; Encode() from any loop (the
+// prefix-caching encoder locks internally; the pool's jobs only read the tokenizer
+// and the template).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "http/asio.h"
 #include "router/request_context.h"
+#include "router/router_metrics.h"
 #include "simdjson.h"
 
 namespace infera::tokenizer {
@@ -33,26 +46,50 @@ class ChatTemplate;
 
 namespace infera::router {
 
+struct PromptEncoderOptions {
+  uint64_t max_tokenize_bytes = 1ull << 20;  // --max-tokenize-bytes (0: no limit)
+  int threads = 0;                           // --tokenize-threads; 0: max(1, cores / 2)
+};
+
 class PromptEncoder {
  public:
-  PromptEncoder();
-  ~PromptEncoder();
+  // Prompts of at least this many bytes are encoded on the pool.
+  static constexpr size_t kPoolMinBytes = 16u << 10;
+  static constexpr int kMaxQueuedPerThread = 16;
+
+  // REQUIRES: `metrics` outlives the encoder.
+  PromptEncoder(PromptEncoderOptions options, RouterMetrics& metrics);
+  ~PromptEncoder();  // joins the pool (a running job finishes first)
   PromptEncoder(const PromptEncoder&) = delete;
   PromptEncoder& operator=(const PromptEncoder&) = delete;
 
-  // Loads tokenizer.json and the chat template of `dir` ("" = estimate only). A
-  // missing template is a warning: chat requests then use the estimate.
+  // Loads tokenizer.json and the chat template of `dir` ("" = estimate only) and
+  // starts the pool. A missing template is a warning: chat requests then use the
+  // estimate.
   absl::Status Load(const std::string& dir);
 
   // Sets ctx.tokens (moving the client's ids out of ctx.api). `dom`: the request's
-  // simdjson parse when valid (chat renders from it; it must still be live, i.e. no
-  // suspension since ParseApiRequest on this thread).
-  void Encode(RequestContext& ctx, const std::optional<simdjson::dom::element>& dom) const;
+  // simdjson parse when valid (a small chat renders from it before any suspension:
+  // it lives in this thread's parser). Suspends only for a prompt sent to the pool.
+  http::Awaitable<void> Encode(RequestContext& ctx,
+                               const std::optional<simdjson::dom::element>& dom) const;
 
  private:
+  using Tokens = std::optional<std::vector<core::TokenId>>;
+  // Render (chat, messages) + tokenize, on whatever thread calls it.
+  Tokens EncodeText(ApiKind kind, const std::string& prompt_text, const std::string& body,
+                    const std::optional<simdjson::dom::element>& dom,
+                    const std::string& request_id) const;
+
+  const PromptEncoderOptions options_;
+  RouterMetrics& metrics_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<tokenizer::PrefixCachingEncoder> encoder_;
   std::unique_ptr<chat::ChatTemplate> template_;
+  int threads_ = 0;
+  mutable std::atomic<int> queued_{0};  // jobs on the pool, running or waiting
+  // Last member: destroyed (joined) first, while the tokenizer is still alive.
+  std::unique_ptr<http::asio::thread_pool> pool_;
 };
 
 }  // namespace infera::router

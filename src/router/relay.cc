@@ -60,6 +60,7 @@ http::Awaitable<void> Relay::Stream(RequestContext& ctx, UpstreamResponse& respo
     ctx.End(Outcome::kCancelled, 499);
     co_return;
   }
+  ctx.streaming = true;
   while (true) {
     auto piece = co_await response.Read();
     if (!piece.ok()) {

@@ -16,6 +16,8 @@ const char* OutcomeName(Outcome outcome) {
       return "upstream_error";
     case Outcome::kNoWorker:
       return "no_worker";
+    case Outcome::kRouterError:
+      return "router_error";
   }
   return "success";
 }

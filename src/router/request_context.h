@@ -29,10 +29,13 @@ enum class Outcome : uint8_t {
   kTimeout,        // the deadline passed (504, or in-band after the first byte)
   kUpstreamError,  // the worker failed (502, or in-band after the first byte)
   kNoWorker,       // nothing could serve it (503)
+  kRouterError,    // the router itself failed: an exception (500), its own descriptors
+                   // or buffers ran out (503)
 };
-inline constexpr size_t kOutcomeCount = 6;
+inline constexpr size_t kOutcomeCount = 7;
 
-// "success", "client_error", "cancelled", "timeout", "upstream_error", "no_worker".
+// "success", "client_error", "cancelled", "timeout", "upstream_error", "no_worker",
+// "router_error".
 const char* OutcomeName(Outcome outcome);
 
 struct RequestContext {
@@ -61,7 +64,8 @@ struct RequestContext {
   std::shared_ptr<http::Cancellation> cancel;
 
   Outcome outcome = Outcome::kSuccess;
-  int status = 200;  // the status the client got (499: it went away)
+  int status = 200;        // the status the client got (499: it went away)
+  bool streaming = false;  // the answer is a chunked stream whose head was sent
 
   // Sets how the request ended.
   void End(Outcome o, int s) {

@@ -1,11 +1,13 @@
 #include "router/request_pipeline.h"
 
+#include <exception>
 #include <optional>
 
 #include "router/anthropic.h"
 #include "router/anthropic_transform.h"
 #include "router/api_errors.h"
 #include "router/request_context.h"
+#include "spdlog/spdlog.h"
 
 namespace infera::router {
 
@@ -25,7 +27,30 @@ http::Awaitable<void> RequestPipeline::Serve(ApiKind kind, http::Request& req,
   ctx.kind = kind;
   ctx.request_id = std::move(request_id);
   metrics_.RequestStarted();
+  // No exception leaves a request unaccounted: whatever a stage throws (a library
+  // on input it did not expect, bad_alloc), the client gets a 500 in its API's shape
+  // (or an in-band error once streaming), and the request is counted and leaves the
+  // in-flight gauge. A handler cannot co_await inside a catch block, hence the two
+  // steps.
+  std::exception_ptr error;
+  try {
+    co_await Run(ctx, req, w);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (error) {
+    try {
+      co_await Fail(ctx, w, error);
+    } catch (...) {
+      ctx.End(Outcome::kRouterError, 500);  // the answer could not be written
+    }
+  }
+  metrics_.RequestEnded(kind, ctx.status, ctx.outcome, SecondsSince(ctx.start_ns));
+}
 
+http::Awaitable<void> RequestPipeline::Run(RequestContext& ctx, http::Request& req,
+                                           http::ResponseWriter& w) {
+  const ApiKind kind = ctx.kind;
   // One parse serves validation and the chat template.
   std::optional<simdjson::dom::element> dom;
   auto parsed = ParseApiRequest(kind, req.body, &dom);
@@ -33,31 +58,64 @@ http::Awaitable<void> RequestPipeline::Serve(ApiKind kind, http::Request& req,
   if (!parsed.ok()) {
     ctx.End(Outcome::kClientError, 400);
     co_await SendError(w, kind, 400, std::string(parsed.status().message()), ctx.request_id);
-    metrics_.RequestEnded(kind, ctx.status, ctx.outcome, SecondsSince(ctx.start_ns));
     co_return;
   }
   ctx.api = std::move(*parsed);
 
-  // What goes upstream, and how the answer comes back.
+  // What goes upstream.
   ctx.upstream_path = kind == ApiKind::kCompletions ? "/v1/completions" : "/v1/chat/completions";
   if (kind == ApiKind::kMessages) {
     ctx.upstream_body = AnthropicToChat(ctx.api.body).dump();
-    ctx.transform = std::make_unique<AnthropicTransform>(ctx.api.model, ctx.request_id);
   } else {
     ctx.upstream_body = std::move(req.body);
   }
   ctx.authorization = std::string(req.headers.Get("Authorization"));
 
   const int64_t tok_start_ns = clock_.NowNs();
-  encoder_.Encode(ctx, dom);
+  co_await encoder_.Encode(ctx, dom);
   ctx.tokenize_s = SecondsSince(tok_start_ns);
+  if (w.client_gone()) {  // left while its prompt was tokenized on the pool
+    ctx.End(Outcome::kCancelled, 499);
+    co_return;
+  }
+  // How the answer comes back; Anthropic's message_start reports the prompt's size.
+  if (kind == ApiKind::kMessages) {
+    const size_t input_tokens = ctx.tokens ? ctx.tokens->size() : ctx.api.estimated_tokens;
+    ctx.transform = std::make_unique<AnthropicTransform>(ctx.api.model, ctx.request_id,
+                                                         static_cast<int64_t>(input_tokens));
+  }
 
   ctx.cancel = std::make_shared<http::Cancellation>();
   w.OnClientGone([cancel = ctx.cancel] { cancel->Cancel(); });
   ctx.deadline_ns = clock_.NowNs() + request_timeout_ms_ * 1'000'000;
 
   co_await dispatcher_.Dispatch(ctx, w);
-  metrics_.RequestEnded(kind, ctx.status, ctx.outcome, SecondsSince(ctx.start_ns));
+}
+
+http::Awaitable<void> RequestPipeline::Fail(RequestContext& ctx, http::ResponseWriter& w,
+                                            std::exception_ptr error) {
+  std::string what = "unknown exception";
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  // The exception's text stays in the log: it may quote library internals.
+  spdlog::error("request {}: internal error: {}", ctx.request_id, what);
+  // The status the client got: 500, or the streamed answer's head already sent.
+  ctx.End(Outcome::kRouterError, w.started() ? ctx.status : 500);
+  const std::string message = "internal error in the router (request " + ctx.request_id + ")";
+  if (!w.started()) {
+    co_await SendError(w, ctx.kind, 500, message, ctx.request_id);
+  } else if (ctx.streaming && !w.finished() && !w.failed()) {
+    // Streaming: the head is out; report in-band and end the stream.
+    std::string event = ctx.transform != nullptr
+                            ? ctx.transform->ErrorEvent(message)
+                            : "data: " + OpenAiErrorBody(500, message, nullptr) + "\n\n";
+    co_await w.WriteChunk(event);
+    co_await w.EndStream();
+  }
 }
 
 }  // namespace infera::router

@@ -15,14 +15,26 @@
 #include "router/router_metrics.h"
 #include "router/steady_clock.h"
 #include "router/worker_set.h"
+#include "spdlog/spdlog.h"
 
 namespace infera::router {
 namespace {
 
-uint64_t SaltFrom(const std::optional<uint64_t>& seed) {
-  if (seed) return core::Random(*seed).Next();
+uint64_t OsRandom() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+uint64_t SaltFrom(const std::optional<uint64_t>& seed) {
+  if (seed) return core::Random(*seed).Next();
+  return OsRandom();
+}
+
+// --router-random-seed, else one derived from the test's seed, else the OS's.
+uint64_t PolicySeed(const std::optional<uint64_t>& flag, const std::optional<uint64_t>& env) {
+  if (flag) return *flag;
+  if (env) return core::Random(*env ^ 0x9e3779b97f4a7c15ull).Next();
+  return OsRandom();
 }
 
 }  // namespace
@@ -30,6 +42,11 @@ uint64_t SaltFrom(const std::optional<uint64_t>& seed) {
 Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(options)) {
   if (env.clock == nullptr) own_clock_ = std::make_unique<SteadyClock>();
   clock_ = env.clock != nullptr ? env.clock : own_clock_.get();
+  options_.policy.random_seed = PolicySeed(options_.random_seed, env.seed);
+  if (options_.policy.policy == core::Policy::kRandom) {
+    spdlog::info("router: random policy seed {} (--router-random-seed {} repeats it)",
+                 options_.policy.random_seed, options_.policy.random_seed);
+  }
   int threads = options_.threads > 0 ? options_.threads : http::IoPool::HardwareThreads();
   pool_ = std::make_unique<http::IoPool>(threads);
   events_ = std::make_unique<events::KvEventIngestor>(index_);
@@ -43,7 +60,10 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
                        .breaker_failures = options_.breaker_failures,
                        .breaker_cooldown_ms = options_.breaker_cooldown_ms},
       *events_, *planner_, *metrics_);
-  encoder_ = std::make_unique<PromptEncoder>();
+  encoder_ = std::make_unique<PromptEncoder>(
+      PromptEncoderOptions{.max_tokenize_bytes = options_.max_tokenize_bytes,
+                           .threads = options_.tokenize_threads},
+      *metrics_);
   upstream_ = env.upstream ? env.upstream(*pool_, *clock_)
                            : std::make_unique<HttpUpstream>(*pool_, *clock_);
   mixed_dispatcher_ =

@@ -51,7 +51,13 @@ struct RouterOptions {
   int threads = 0;             // 0: all hardware threads
   core::PolicyConfig policy;
   std::string tokenizer_path;  // --router-tokenizer-path ("" = estimate)
-  bool kv_events = true;       // --kv-event-transport zmq (false: none)
+  // --max-tokenize-bytes: longer prompts are sized by the estimate (0: no limit).
+  uint64_t max_tokenize_bytes = 1ull << 20;
+  int tokenize_threads = 0;  // --tokenize-threads: the encoder pool; 0: max(1, cores / 2)
+  // --router-random-seed: the random policy's seed; nullopt: from the OS (or derived
+  // from RouterEnv::seed when a test gives one). Overrides policy.random_seed.
+  std::optional<uint64_t> random_seed;
+  bool kv_events = true;  // --kv-event-transport zmq (false: none)
   std::string kv_events_topic;
   int64_t request_timeout_ms = 600'000;
   int max_attempts = 3;  // workers tried before the first byte
@@ -91,6 +97,8 @@ class Router {
   // Active blocks of one target (worker_id, dp_rank); 0 when unknown.
   size_t ActiveBlocks(const core::TargetKey& key) const;
   std::string RenderMetrics() const;
+  // The random policy's seed in force (logged at start-up).
+  uint64_t random_seed() const { return options_.policy.random_seed; }
 
  private:
   RouterOptions options_;

@@ -89,11 +89,21 @@ void RouterMetrics::CountUpstreamError(const std::string& worker_id, const char*
   upstream_errors_total_.Add(MetricLabel("worker_id", worker_id) + "," + MetricLabel("kind", kind));
 }
 
+void RouterMetrics::CountLocalError(std::string_view kind) {
+  local_errors_total_.Add(MetricLabel("kind", kind));
+}
+
+void RouterMetrics::CountPromptEstimated(const char* reason) {
+  prompts_estimated_total_.Add(MetricLabel("reason", reason));
+}
+
 void RouterMetrics::Render(std::string& out) const {
   requests_total_.Render(out);
   picks_total_.Render(out);
   failovers_total_.Render(out);
   upstream_errors_total_.Render(out);
+  local_errors_total_.Render(out);
+  prompts_estimated_total_.Render(out);
   pick_cache_hits_.Render(out);
   pick_request_blocks_.Render(out);
   request_duration_.Render(out);
@@ -102,6 +112,10 @@ void RouterMetrics::Render(std::string& out) const {
   RenderHeader(out, "infera_request_inflight", "gauge", "Requests being served.");
   out += "infera_request_inflight{" + policy_label_ + "} " +
          std::to_string(inflight_.load(std::memory_order_relaxed)) + "\n";
+  RenderHeader(out, "infera_router_tokenize_jobs", "gauge",
+               "Prompts being rendered and tokenized on the encoder pool, or waiting for it.");
+  out += "infera_router_tokenize_jobs " +
+         std::to_string(tokenize_jobs_.load(std::memory_order_relaxed)) + "\n";
 }
 
 }  // namespace infera::router

@@ -45,6 +45,14 @@ class RouterMetrics {
   void CountFailover(const std::string& worker_id);
   // kind: "unreachable", "status_5xx", "timeout".
   void CountUpstreamError(const std::string& worker_id, const char* kind);
+  // The router's own descriptors or buffers ran out (kind: "emfile", "enfile",
+  // "enobufs", "enomem"): never counted against a worker.
+  void CountLocalError(std::string_view kind);
+  // A prompt sized by the bytes/4 estimate instead of its tokens (reason:
+  // "over_max_tokenize_bytes", "tokenizer_busy", "render_failed").
+  void CountPromptEstimated(const char* reason);
+  // Prompts on the encoder's pool, running or waiting (+1 / -1).
+  void TokenizeJobs(int delta) { tokenize_jobs_.fetch_add(delta, std::memory_order_relaxed); }
 
   PdMetrics& pd() { return pd_; }
 
@@ -55,6 +63,7 @@ class RouterMetrics {
   const std::string policy_label_;  // router="<policy>"
   std::atomic<int64_t> inflight_{0};
   PdMetrics pd_;
+  std::atomic<int64_t> tokenize_jobs_{0};
 
   CounterFamily requests_total_{"infera_router_requests_total",
                                 "Requests answered, by endpoint and HTTP status."};
@@ -63,6 +72,12 @@ class RouterMetrics {
                                  "Retries on another worker before the first byte."};
   CounterFamily upstream_errors_total_{"infera_router_upstream_errors_total",
                                        "Upstream failures, by worker and kind."};
+  CounterFamily local_errors_total_{"infera_router_local_errors_total",
+                                    "Requests failed because the router's own descriptors or "
+                                    "buffers ran out, by kind."};
+  CounterFamily prompts_estimated_total_{"infera_router_prompts_estimated_total",
+                                         "Prompts sized by the bytes/4 estimate instead of "
+                                         "tokenizing, by reason."};
   HistogramFamily pick_cache_hits_{"infera_router_pick_cache_hits",
                                    "Cache-hit blocks of the picked target.",
                                    {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}};

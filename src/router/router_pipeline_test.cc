@@ -8,6 +8,8 @@
 #include <string>
 
 #include "http/asio.h"
+#include "http/client.h"
+#include "router/api_request.h"
 #include "router/fake_upstream.h"
 #include "router/router.h"
 #include "router/router_test_support.h"
@@ -42,11 +44,12 @@ class RouterPipelineTest : public ::testing::Test {
     router_ = testing::StartTestRouter(std::move(opt), clock_, 42, &fake_);
     ASSERT_TRUE(router_);
   }
-  void AddWorker(const std::string& host) {
+  void AddWorker(const std::string& host, uint32_t dp_size = 1) {
     discovery::WorkerRecord r;
     r.worker_id = host + ":1";
     r.url = "http://" + host + ":1";
     r.model_name = "m";
+    r.dp_size = dp_size;
     router_->AddWorker(r);
   }
   void TearDown() override {
@@ -294,17 +297,145 @@ TEST_F(RouterPipelineTest, BadInputAndUnknownModelNeverReachAWorker) {
 
 TEST_F(RouterPipelineTest, DataParallelRankIsSetPerTarget) {
   StartRouter();
-  discovery::WorkerRecord r;
-  r.worker_id = "a:1";
-  r.url = "http://a:1";
-  r.model_name = "m";
-  r.dp_size = 2;
-  router_->AddWorker(r);
+  AddWorker("a", 2);
   EXPECT_EQ(Call("POST", "/v1/chat/completions", kChat).status, 200);
   EXPECT_EQ(Call("POST", "/v1/chat/completions", kChat).status, 200);
   ASSERT_EQ(fake_->sent().size(), 2u);
   EXPECT_EQ(json::parse(fake_->sent()[0].body)["data_parallel_rank"], 0);
   EXPECT_EQ(json::parse(fake_->sent()[1].body)["data_parallel_rank"], 1);
+}
+
+TEST_F(RouterPipelineTest, ClientDataParallelRankIsDroppedOrReplaced) {
+  StartRouter();
+  AddWorker("a");  // dp_size 1: a client's rank would reach an engine without ranks
+  const std::string chat_with_rank =
+      R"({"model":"m","data_parallel_rank":3,"messages":[{"role":"user","content":"x"}]})";
+  EXPECT_EQ(Call("POST", "/v1/chat/completions", chat_with_rank).status, 200);
+  ASSERT_EQ(fake_->sent().size(), 1u);
+  json sent = json::parse(fake_->sent()[0].body);
+  EXPECT_FALSE(sent.contains("data_parallel_rank")) << sent.dump();
+  EXPECT_EQ(sent["messages"][0]["content"], "x");
+  router_->RemoveWorker("a:1");
+  AddWorker("b", 2);
+  EXPECT_EQ(Call("POST", "/v1/chat/completions", chat_with_rank).status, 200);
+  ASSERT_EQ(fake_->sent().size(), 2u);
+  EXPECT_EQ(json::parse(fake_->sent()[1].body)["data_parallel_rank"], 0);  // the pick's
+}
+
+TEST_F(RouterPipelineTest, AnthropicMessageStartReportsTheRoutersTokenCount) {
+  StartRouter();
+  AddWorker("a");
+  fake_->Push("a:1", Script{.content_type = "text/event-stream",
+                            .pieces = {Sse("Hi"), "data: [DONE]\n\n"}});
+  const std::string body = R"({"model":"m","max_tokens":16,"stream":true,"messages":)"
+                           R"([{"role":"user","content":")" +
+                           std::string(400, 'x') + R"("}]})";
+  auto parsed = ParseApiRequest(ApiKind::kMessages, body);
+  ASSERT_TRUE(parsed.ok());
+  ASSERT_GE(parsed->estimated_tokens, 100u);
+  Answer s = Call("POST", "/v1/messages", body);
+  ASSERT_EQ(s.status, 200);
+  const size_t data = s.body.find("data: ", s.body.find("event: message_start"));
+  ASSERT_NE(data, std::string::npos) << s.body;
+  json start = json::parse(s.body.substr(data + 6, s.body.find('\n', data) - data - 6));
+  // No tokenizer here: the bytes/4 estimate (before: always 0).
+  EXPECT_EQ(start["message"]["usage"]["input_tokens"], parsed->estimated_tokens) << s.body;
+}
+
+TEST_F(RouterPipelineTest, AnExceptionInAStageIs500AndLeavesNoGaugeUp) {
+  StartRouter();
+  AddWorker("a");
+  fake_->Push("a:1", Script{.throw_in_send = true});
+  fake_->Push("a:1", Script{.throw_in_send = true});
+  fake_->Push("a:1", Script{.content_type = "text/event-stream",
+                            .pieces = {Sse("Hel")},
+                            .throw_after_pieces = true});
+  Answer a = Call("POST", "/v1/chat/completions", kChat);
+  EXPECT_EQ(a.status, 500);
+  json e = json::parse(a.body);
+  EXPECT_EQ(e["error"]["type"], "server_error");
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("internal error in the router"),
+            std::string::npos);
+  EXPECT_EQ(e["error"]["message"].get<std::string>().find("scripted"), std::string::npos);
+  Answer m = Call("POST", "/v1/messages",
+                  R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(m.status, 500);
+  EXPECT_EQ(json::parse(m.body)["type"], "error");  // Anthropic's shape
+  // Streaming: the head is out, the error is in-band and the stream ends.
+  Answer s = Call("POST", "/v1/chat/completions", kChatStream);
+  EXPECT_EQ(s.status, 200);
+  EXPECT_EQ(s.body.find(Sse("Hel")), 0u);
+  EXPECT_NE(s.body.find("internal error in the router"), std::string::npos) << s.body;
+  const std::string metrics = Metrics();
+  EXPECT_NE(metrics.find(R"(infera_request_inflight{router="round-robin"} 0)"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find(R"(infera_router_requests_total{endpoint="chat",status="500"} 1)"),
+            std::string::npos);
+  EXPECT_NE(metrics.find(R"(infera_router_requests_total{endpoint="messages",status="500"} 1)"),
+            std::string::npos);
+  EXPECT_NE(metrics.find(R"(outcome="router_error"} 3)"), std::string::npos);
+}
+
+TEST_F(RouterPipelineTest, LocalResourceErrorsAre503AndSpareTheBreaker) {
+  RouterOptions opt;
+  opt.breaker_failures = 2;
+  StartRouter(opt);
+  AddWorker("a");
+  AddWorker("b");
+  const auto emfile = http::LocalResourceError("emfile", "connect a:1: out of local resources");
+  fake_->Push("a:1", Script{.send_error = emfile});
+  fake_->Push("b:1", Script{.send_error = emfile});
+  for (int i = 0; i < 4; ++i) {
+    Answer a = Call("POST", "/v1/chat/completions", kChat);
+    EXPECT_EQ(a.status, 503);
+    EXPECT_EQ(json::parse(a.body)["error"]["type"], "service_unavailable");
+    EXPECT_NE(a.body.find("the router is out of local resources"), std::string::npos) << a.body;
+  }
+  EXPECT_EQ(fake_->sent().size(), 4u);  // no failover: another worker fares no better
+  EXPECT_EQ(BreakerState("a:1"), "closed");
+  EXPECT_EQ(BreakerState("b:1"), "closed");
+  const std::string m = Metrics();
+  EXPECT_NE(m.find(R"(infera_router_local_errors_total{kind="emfile"} 4)"), std::string::npos) << m;
+  EXPECT_EQ(m.find("infera_router_upstream_errors_total{"), std::string::npos);
+}
+
+TEST_F(RouterPipelineTest, TheRandomPolicyUsesItsSeed) {
+  policy_set_ = true;
+  auto picks = [&](uint64_t seed) {
+    RouterOptions opt;
+    opt.policy.policy = core::Policy::kRandom;
+    opt.random_seed = seed;
+    StartRouter(opt);
+    EXPECT_EQ(router_->random_seed(), seed);
+    AddWorker("a");
+    AddWorker("b");
+    std::string order;
+    for (int i = 0; i < 16; ++i) {
+      Answer a = Call("POST", "/v1/chat/completions", kChat);
+      order += a.headers.Get("X-Infera-Worker-Id").substr(0, 1);
+    }
+    router_->Shutdown();
+    router_.reset();
+    return order;
+  };
+  const std::string first = picks(7);
+  EXPECT_EQ(picks(7), first);
+  EXPECT_NE(picks(8), first);  // (fixed by the seeds: not a chance)
+  EXPECT_NE(first.find('a'), std::string::npos);
+  EXPECT_NE(first.find('b'), std::string::npos);
+}
+
+TEST(RouterSeedTest, TheRandomPolicyIsSeededFromTheOsByDefault) {
+  RouterOptions opt;
+  opt.threads = 1;
+  opt.kv_events = false;
+  opt.policy.policy = core::Policy::kRandom;
+  Router a(opt), b(opt);
+  // Two 64-bit draws from the OS: equal with probability 2^-64.
+  EXPECT_NE(a.random_seed(), b.random_seed());
+  EXPECT_NE(a.random_seed(), 0u);  // before: always 0
+  opt.random_seed = 0;
+  EXPECT_EQ(Router(opt).random_seed(), 0u);  // a fixed seed, 0 included
 }
 
 }  // namespace

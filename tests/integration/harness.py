@@ -91,17 +91,22 @@ def raw(port, data, read=True, timeout=10):
     read=False it closes right after sending (a client that vanishes) and returns b""."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     s.sendall(data)
-    out = b""
-    if read:
-        try:
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                out += chunk
-        except (ConnectionResetError, socket.timeout):
-            pass
+    out = recv_all(s) if read else b""
     s.close()
+    return out
+
+
+def recv_all(s):
+    """Every byte `s` gives until the peer closes (or resets, or its timeout passes)."""
+    out = b""
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+    except (ConnectionResetError, socket.timeout):
+        pass
     return out
 
 

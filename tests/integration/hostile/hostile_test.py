@@ -4,14 +4,18 @@
 Starts real infera-mock-engines and a real infera-router on OS-picked ports and
 attacks them the way the issue did: raw sockets for request smuggling, HEAD and
 pipelined disconnects; /v1/messages bodies with fields of the wrong type; more
-half-sent connections than the router's descriptors allow; a 60,000-level chat
-body to the engine. Every wait is a bounded poll. Exits non-zero on a failure.
+half-sent connections than the router's descriptors allow (and than
+--max-connections); upstream connects out of descriptors (EMFILE); prompts over
+--max-tokenize-bytes, and a 15 MB one tokenized off the event loops; a 60,000-level
+chat body to the engine. Every wait is a bounded poll. Exits non-zero on a failure.
 Usage: hostile_test.py --router BIN --engine BIN --tokenizer-dir DIR [--only NAME]
 """
 import json
 import os
+import random
 import re
 import socket
+import string
 import sys
 import time
 import urllib.error
@@ -20,7 +24,7 @@ import urllib.request
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from harness import Processes, check, http, poll, raw, start_engine, start_router  # noqa: E402
-from harness import parse_flags, worker_flag  # noqa: E402
+from harness import parse_flags, recv_all, worker_flag  # noqa: E402
 
 ARGS = None
 
@@ -150,13 +154,18 @@ def test_bad_bytes(router_base):
     check(metric(router_base, "infera_request_inflight") == 0, "gauge 0 after bad bytes")
 
 
-def start_limited_router(procs, name, worker, soft, hard):
-    """infera-router with RLIMIT_NOFILE (soft, hard); returns (Proc, port)."""
+def start_router_with(procs, name, worker, *extra, nofile=None):
+    """infera-router on an OS-picked port with `extra` flags; returns (Proc, port)."""
     proc = procs.start(name, [ARGS.router, "--host", "127.0.0.1", "--port", "0",
-                              "--kv-event-transport", "none", "--worker", worker],
-                       nofile=(soft, hard))
+                              "--kv-event-transport", "none", "--worker", worker, *extra],
+                       nofile=nofile)
     port = int(proc.wait_line(r"infera-router listening on \S*:(\d+)").group(1))
     return proc, port
+
+
+def start_limited_router(procs, name, worker, soft, hard):
+    """infera-router with RLIMIT_NOFILE (soft, hard); returns (Proc, port)."""
+    return start_router_with(procs, name, worker, nofile=(soft, hard))
 
 
 def test_connection_cap(procs, workers):
@@ -197,6 +206,134 @@ def test_connection_cap(procs, workers):
     poll(lambda: http("GET", base + "/health")[0] == 200,
          "after the half-sent connections close, the router serves again")
     proc.p.terminate()
+    proc.p.wait()
+
+
+def test_max_connections_flag(procs, workers):
+    """--max-connections N: the N+1st open connection gets 503 at once, in the
+    OpenAI error shape; after the others close the router serves again."""
+    proc, port = start_router_with(procs, "router-maxconn", workers[0], "--max-connections", "3")
+    check(proc.wait_line(r"max connections 3\b") is not None, "--max-connections 3 is in force")
+    socks = []
+    for _ in range(3):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")  # never finished
+        socks.append(s)
+    poll(lambda: b"too many open connections (limit 3)" in
+         raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", timeout=10),
+         "the 4th connection is refused with 503 'too many open connections (limit 3)'")
+    out = raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", timeout=10)
+    check(out.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in out,
+          f"503 with Retry-After ({out[:120]!r})")
+    for s in socks:
+        s.close()
+    poll(lambda: raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+         .startswith(b"HTTP/1.1 200"), "after they close, a new connection is served")
+    proc.p.terminate()
+    proc.p.wait()
+
+
+def test_local_errors(procs, workers):
+    """Out of descriptors on the router's side (a 100-descriptor limit, the connection
+    cap lifted): upstream connects fail with EMFILE. Those clients get 503 in the
+    OpenAI error shape, infera_router_local_errors_total counts them, and the workers'
+    breakers stay closed (before: they opened while the engines were healthy)."""
+    proc, port = start_router_with(procs, "router-emfile", workers[0], "--worker", workers[1],
+                                   "--max-connections", "10000", nofile=(100, 100))
+    base = f"http://127.0.0.1:{port}"
+    body = json.dumps({"model": "mock-model", "prompt": "descriptors", "max_tokens": 8}).encode()
+    req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    socks = []
+    for _ in range(120):
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        s.sendall(req)
+        socks.append(s)
+    answers = []
+    for s in socks:
+        answers.append(recv_all(s))
+        s.close()
+    statuses = [a[9:12] for a in answers]
+    local = [a for a in answers if a.startswith(b"HTTP/1.1 503") and b"out of local resources" in a]
+    print(f"statuses: { {s: statuses.count(s) for s in set(statuses)} }", flush=True)
+    check(len(local) >= 1, f"clients whose upstream connect hit EMFILE got 503 ({len(local)})")
+    err = json.loads(local[0].split(b"\r\n\r\n", 1)[1])["error"]
+    check(err["type"] == "service_unavailable" and isinstance(err["message"], str),
+          f"the 503 is in the OpenAI error shape: {err}")
+    check(b"HTTP/1.1 502" not in statuses and not any(b"circuit breakers open" in a for a in answers),
+          "no client was told the workers failed")
+    _, text, _ = http("GET", base + "/v1/workers")
+    states = [w["breaker_state"] for w in json.loads(text)["workers"]]
+    check(states == ["closed", "closed"], f"both breakers stay closed: {states}")
+    check((metric(base, 'infera_router_local_errors_total{kind="emfile"}') or 0) >= len(local),
+          "infera_router_local_errors_total{kind=\"emfile\"} counts them")
+    check(not metric(base, "infera_router_upstream_errors_total"),
+          "no upstream error is blamed on a worker")
+    check(http("POST", base + "/v1/completions", json.loads(body))[0] == 200,
+          "the router serves again once descriptors are free")
+    poll(lambda: metric(base, "infera_request_inflight") == 0, "in-flight gauge back to 0")
+    proc.p.terminate()
+    proc.p.wait()
+
+
+def big_prompt_request(chars):
+    letters = string.ascii_letters.encode()
+    table = bytes(letters[i % len(letters)] for i in range(256))
+    prompt = random.Random(12).randbytes(chars).translate(table).decode()
+    body = json.dumps({"model": "mock-model", "prompt": prompt, "max_tokens": 1}).encode()
+    return (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+def test_tokenize_cap(procs, workers):
+    """Default --max-tokenize-bytes (1 MiB): a 2 MB prompt is not tokenized (the
+    bytes/4 estimate sizes it), counted in infera_router_prompts_estimated_total."""
+    proc, port = start_router_with(procs, "router-tokcap", workers[0],
+                                   "--router-tokenizer-path", ARGS.tokenizer_dir)
+    base = f"http://127.0.0.1:{port}"
+    poll(lambda: http("GET", base + "/health")[0] == 200, "router with a tokenizer healthy")
+    out = raw(port, big_prompt_request(2_000_000).replace(
+        b"Host: x\r\n", b"Host: x\r\nConnection: close\r\n", 1), timeout=60)
+    # The engine may refuse a prompt beyond its KV cache: the router's part is that it
+    # was routed to a worker at all.
+    check(out.startswith(b"HTTP/1.1 ") and b"X-Infera-Worker-Id: " in out,
+          f"a 2 MB prompt is routed to a worker ({out[:160]!r})")
+    check(metric(base, 'infera_router_prompts_estimated_total{reason="over_max_tokenize_bytes"}')
+          == 1, "it was sized by the estimate, not tokenized (over --max-tokenize-bytes)")
+    proc.p.terminate()
+    proc.p.wait()
+
+
+def test_tokenize_off_loop(procs, workers):
+    """A 15 MB prompt of random letters (13.6 CPU-s to tokenize) with the cap lifted:
+    it is tokenized on the encoder pool, and /health on every loop and a small request
+    answer while it is still tokenizing (before: the loop stalled ~15 s)."""
+    proc, port = start_router_with(procs, "router-bigprompt", workers[0], "--threads", "2",
+                                   "--router-tokenizer-path", ARGS.tokenizer_dir,
+                                   "--max-tokenize-bytes", str(16 << 20))
+    base = f"http://127.0.0.1:{port}"
+    poll(lambda: http("GET", base + "/health")[0] == 200, "router with a tokenizer healthy")
+    big = socket.create_connection(("127.0.0.1", port), timeout=60)
+    big.sendall(big_prompt_request(15_000_000))
+    poll(lambda: (metric(base, "infera_router_tokenize_jobs") or 0) >= 1,
+         "the 15 MB prompt is tokenizing on the pool", timeout=60)
+    for i in range(2):  # fresh connections: the loops take them in turn, one is the big one's
+        out = raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout=5)
+        check(out.startswith(b"HTTP/1.1 200"), f"/health on connection {i} answers at once")
+    status, _, _ = http("POST", base + "/v1/completions",
+                        {"model": "mock-model", "prompt": "small", "max_tokens": 2}, timeout=10)
+    check(status == 200, "a small request is served meanwhile")
+    check((metric(base, "infera_router_tokenize_jobs") or 0) >= 1,
+          "... while the 15 MB prompt is still tokenizing")
+    big.setblocking(False)
+    try:
+        got = big.recv(1)
+        pending = False  # answered (bytes) or closed (b"")
+    except BlockingIOError:
+        got, pending = b"", True
+    check(pending, f"the big request has no answer yet ({got!r})")
+    big.close()
+    proc.p.kill()  # not the ~14 CPU-s of tokenizing left
     proc.p.wait()
 
 
@@ -249,6 +386,10 @@ def main():
             ("messages", lambda: test_messages_type_errors(router_base)),
             ("bytes", lambda: test_bad_bytes(router_base)),
             ("cap", lambda: test_connection_cap(procs, workers)),
+            ("maxconn", lambda: test_max_connections_flag(procs, workers)),
+            ("emfile", lambda: test_local_errors(procs, workers)),
+            ("tokcap", lambda: test_tokenize_cap(procs, workers)),
+            ("tokpool", lambda: test_tokenize_off_loop(procs, workers)),
             ("depth", lambda: test_engine_depth_limit(procs, engine_bases[0])),
         ]
         failed = []
