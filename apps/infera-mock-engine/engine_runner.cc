@@ -40,7 +40,12 @@ struct EngineRunner::Rank {
   std::thread thread;
 };
 
-EngineRunner::EngineRunner(const RunnerOptions& options) : options_(options) {}
+EngineRunner::EngineRunner(const RunnerOptions& options)
+    : options_(options),
+      token_mask_(options.kv_events_hash_seed == 0
+                      ? 0
+                      : static_cast<uint32_t>(core::Random(options.kv_events_hash_seed).Next()) |
+                            1u) {}
 
 absl::StatusOr<std::unique_ptr<EngineRunner>> EngineRunner::Create(const RunnerOptions& options) {
   if (options.dp_size == 0 || options.dp_size > 64) {
@@ -159,6 +164,9 @@ void EngineRunner::Publish(Rank* r, const std::vector<sim::KvEvent>& evs) {
         s.engine_hashes.assign(e.block_hashes.begin(), e.block_hashes.end());
         s.parent = e.parent_hash;
         s.token_ids.assign(e.token_ids.begin(), e.token_ids.end());
+        if (token_mask_ != 0) {
+          for (auto& t : s.token_ids) t ^= token_mask_;
+        }
         s.block_size = e.block_size;
         s.medium = Medium(e.medium);
         batch.events.emplace_back(std::move(s));

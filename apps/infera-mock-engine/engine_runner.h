@@ -11,7 +11,8 @@
 // Fault injection (tests): drop a fraction of event batches from the live stream
 // (they stay in the replay buffer, so a subscriber sees a gap it can repair),
 // reorder a fraction (a batch is held back and sent after the next one), stall the
-// engine once for `stall_ms` after `stall_after_requests` requests.
+// engine once for `stall_ms` after `stall_after_requests` requests, publish token
+// ids the router cannot match (`kv_events_hash_seed`).
 //
 // Thread-safety: every public method may be called from any thread. Output
 // callbacks run on the rank's thread and must not call back into the runner.
@@ -45,6 +46,12 @@ struct RunnerOptions {
   events::WireShape shape = events::WireShape::kVllm;
   double drop_event_fraction = 0;
   double reorder_event_fraction = 0;
+  // Fault: nonzero publishes every BlockStored's token ids XOR-masked by a value
+  // derived from this seed, so the router's hashes of this engine's blocks never
+  // match its requests' (what a hash seed the router does not share does to a router
+  // that matches engine hashes; to Infera's, which re-hashes token ids, a tokenizer
+  // or chat-template mismatch). The engine's own cache is unchanged.
+  uint64_t kv_events_hash_seed = 0;
   uint64_t stall_after_requests = 0;  // 0: never
   int64_t stall_ms = 0;
   uint64_t seed = 1;
@@ -91,6 +98,7 @@ class EngineRunner {
   void Publish(Rank* rank, const std::vector<sim::KvEvent>& events);
 
   RunnerOptions options_;
+  const uint32_t token_mask_;  // from kv_events_hash_seed; 0: token ids as they are
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::atomic<uint64_t> next_id_{1};
   std::atomic<uint64_t> submitted_{0};

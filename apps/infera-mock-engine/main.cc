@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
   app.add_option("--reorder-event-fraction", runner_options.reorder_event_fraction,
                  "fault: deliver this fraction of event batches late")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--kv-events-hash-seed", runner_options.kv_events_hash_seed,
+                 "fault: publish token ids the router's hashes cannot match, as a hash seed "
+                 "it does not share would (0: faithful)");
   app.add_option("--fail-fraction", server_options.fail_fraction,
                  "fault: answer this fraction of generation requests with 500")
       ->check(CLI::Range(0.0, 1.0));

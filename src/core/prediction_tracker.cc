@@ -5,6 +5,12 @@
 
 namespace infera::core {
 
+uint64_t PredictedHitTokens(uint32_t hit_blocks, size_t prompt_tokens, size_t block_size) {
+  if (prompt_tokens == 0) return 0;
+  const size_t usable = (prompt_tokens - 1) / block_size;
+  return static_cast<uint64_t>(std::min<size_t>(hit_blocks, usable)) * block_size;
+}
+
 PredictionTracker::PredictionTracker(const PredictionOptions& options) : options_(options) {}
 
 void PredictionTracker::Record(TargetId target, uint64_t predicted_tokens,

@@ -43,6 +43,13 @@ struct PredictionStats {
   bool drifting = false;
 };
 
+// The prompt tokens an engine reports as cached (usage.prompt_tokens_details
+// .cached_tokens) when it holds the first `hit_blocks` blocks of a `prompt_tokens`-token
+// prompt: vLLM (and the simulated engine) always compute the last prompt token, so at
+// most (prompt_tokens - 1) / block_size blocks count. 0 for an empty prompt.
+// REQUIRES: block_size > 0.
+uint64_t PredictedHitTokens(uint32_t hit_blocks, size_t prompt_tokens, size_t block_size);
+
 class PredictionTracker {
  public:
   explicit PredictionTracker(const PredictionOptions& options = {});

@@ -44,5 +44,13 @@ TEST(PredictionTrackerTest, ATargetWhoseCacheDiffersFromItsViewIsFlaggedThenTrus
   EXPECT_EQ(t.Get(4).samples, 0u);
 }
 
+TEST(PredictionTrackerTest, PredictedHitTokensLeaveTheLastPromptTokenToCompute) {
+  EXPECT_EQ(PredictedHitTokens(20, 360, 16), 320u);  // 22 full blocks, 20 held
+  EXPECT_EQ(PredictedHitTokens(4, 64, 16), 48u);     // fully held: the last block is run
+  EXPECT_EQ(PredictedHitTokens(4, 65, 16), 64u);
+  EXPECT_EQ(PredictedHitTokens(0, 100, 16), 0u);
+  EXPECT_EQ(PredictedHitTokens(3, 0, 16), 0u);
+}
+
 }  // namespace
 }  // namespace infera::core

@@ -1,7 +1,9 @@
 #include "router/admin_views.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
+#include <utility>
 #include <vector>
 
 namespace infera::router {
@@ -32,10 +34,24 @@ std::string AdminViews::WorkersJson() const {
     j["breaker_state"] = kBreaker[static_cast<int>(w->health.state())];
     json ranks = json::array();
     const std::vector<size_t> active = planner_.ActiveBlocks(*w);
+    const std::vector<core::PredictionStats> predictions = planner_.Predictions(*w);
+    bool drifting = false;
     for (size_t r = 0; r < w->targets.size(); ++r) {
-      ranks.push_back({{"dp_rank", w->record.dp_rank + r}, {"active_blocks", active[r]}});
+      const core::PredictionStats& p = predictions[r];
+      drifting = drifting || p.drifting;
+      ranks.push_back({{"dp_rank", w->record.dp_rank + r},
+                       {"active_blocks", active[r]},
+                       {"prediction",
+                        {{"samples", p.samples},
+                         {"predicted_tokens", p.predicted_tokens},
+                         {"reported_tokens", p.reported_tokens},
+                         {"abs_error_tokens", p.abs_error_tokens},
+                         {"relative_error", p.relative_error},
+                         {"drifting", p.drifting}}}});
     }
     j["targets"] = ranks;
+    // Some rank's predicted cache hits persistently disagree with its engine.
+    j["prediction_drifting"] = drifting;
     list.push_back(std::move(j));
   }
   return json({{"workers", list}}).dump();
@@ -50,6 +66,46 @@ std::optional<std::string> AdminViews::CacheViewJson(const std::string& worker_i
     return live ? index.BlockCount(*live) : 0;
   });
   return json({{"worker_id", worker_id}, {"dp_rank", dp_rank}, {"block_count", blocks}}).dump();
+}
+
+void AdminViews::RenderPredictions(std::string& out, const Fleet& fleet) const {
+  std::vector<std::pair<std::string, core::PredictionStats>> rows;
+  for (const auto& w : fleet) {
+    const std::vector<core::PredictionStats> predictions = planner_.Predictions(*w);
+    for (size_t r = 0; r < w->targets.size(); ++r) {
+      rows.emplace_back(MetricLabel("worker_id", w->KeyOf(r).ToString()), predictions[r]);
+    }
+  }
+  auto family = [&](const char* name, const char* type, const char* help, auto value) {
+    RenderHeader(out, name, type, help);
+    for (const auto& [label, p] : rows) {
+      out += std::string(name) + "{" + label + "} " + value(p) + "\n";
+    }
+  };
+  auto u = [](uint64_t v) { return std::to_string(v); };
+  auto d = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.6g", v);
+    return std::string(buf);
+  };
+  family("infera_router_prediction_samples_total", "counter",
+         "Answers whose reported cached tokens were compared with the pick's prediction.",
+         [&](const core::PredictionStats& p) { return u(p.samples); });
+  family("infera_router_prediction_predicted_tokens_total", "counter",
+         "Cached prompt tokens the router's view predicted, over the compared answers.",
+         [&](const core::PredictionStats& p) { return u(p.predicted_tokens); });
+  family("infera_router_prediction_reported_tokens_total", "counter",
+         "Cached prompt tokens the engine reported, over the compared answers.",
+         [&](const core::PredictionStats& p) { return u(p.reported_tokens); });
+  family("infera_router_prediction_error_tokens", "gauge",
+         "Moving mean of |predicted - reported| cached tokens per answer.",
+         [&](const core::PredictionStats& p) { return d(p.abs_error_tokens); });
+  family("infera_router_prediction_relative_error", "gauge",
+         "Moving mean of |predicted - reported| / max(predicted, reported), in [0, 1].",
+         [&](const core::PredictionStats& p) { return d(p.relative_error); });
+  family("infera_router_prediction_drifting", "gauge",
+         "1 while the target's predictions persistently disagree with its engine.",
+         [&](const core::PredictionStats& p) { return u(p.drifting ? 1 : 0); });
 }
 
 std::string AdminViews::MetricsText() const {
@@ -91,6 +147,7 @@ std::string AdminViews::MetricsText() const {
     out += "infera_router_worker_breaker_state{" + MetricLabel("worker_id", w->record.worker_id) +
            "} " + std::to_string(static_cast<int>(w->health.state())) + "\n";
   }
+  RenderPredictions(out, *fleet);
   RenderHeader(out, "infera_router_pending_pick_guards", "gauge",
                "Picks whose active blocks are not yet released.");
   out += "infera_router_pending_pick_guards " + std::to_string(planner_.PendingGuards()) + "\n";

@@ -2,7 +2,8 @@
 //
 //   /health                         {"status":"ok","active_workers":N}
 //   /v1/models                      the models the fleet serves
-//   /v1/workers                     records + breaker state + active blocks per rank
+//   /v1/workers                     records + breaker state + active blocks and
+//                                   prediction error per rank (prediction_drifting)
 //   /v1/admin/cache-view/{id}       {"worker_id","dp_rank","block_count"}
 //   /metrics                        RouterMetrics + fleet gauges + KV-event counters
 // Every view reads one fleet snapshot; active blocks take the pick mutex briefly,
@@ -39,6 +40,9 @@ class AdminViews {
   std::string MetricsText() const;
 
  private:
+  // The infera_router_prediction_* families, one series per target.
+  void RenderPredictions(std::string& out, const Fleet& fleet) const;
+
   const WorkerSet& workers_;
   const PickPlanner& planner_;
   const events::SharedKvIndex& index_;

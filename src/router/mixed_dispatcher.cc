@@ -110,7 +110,12 @@ http::Awaitable<void> MixedDispatcher::Dispatch(RequestContext& ctx, http::Respo
       continue;
     }
     worker.health.OnSuccess();
-    co_await Relay::Run(ctx, response, worker_id, ctx.transform.get(), w);
+    RelayFeedback feedback;
+    feedback.guards = &plan->guards;
+    co_await Relay::Run(ctx, response, worker_id, ctx.transform.get(), w, &feedback);
+    if (leg.predicted_cached_tokens && feedback.usage.cached_tokens()) {
+      planner_.RecordPrediction(leg, *feedback.usage.cached_tokens());
+    }
     co_return;
   }
 

@@ -16,6 +16,12 @@ void PickGuards::AddActive(core::LoadState::ActiveGuard guard) {
   if (guard.pending()) active_.push_back(std::move(guard));
 }
 
+void PickGuards::PrefillDone() {
+  if (active_.empty()) return;
+  absl::MutexLock lock(mu_);
+  for (auto& g : active_) g.PrefillDone();
+}
+
 void PickGuards::Release() {
   if (active_.empty()) return;
   absl::MutexLock lock(mu_);

@@ -31,6 +31,9 @@ class PickGuards {
   // REQUIRES: the caller holds *mu (the planner adds holds while it picks).
   void AddActive(core::LoadState::ActiveGuard guard);
 
+  // The first token arrived: each hold stops counting as pending prefill
+  // (core::LoadState::ActiveGuard::PrefillDone); its active blocks stay held.
+  void PrefillDone() ABSL_LOCKS_EXCLUDED(*mu_);
   // Releases every hold now; later calls (and the destructor) do nothing.
   void Release() ABSL_LOCKS_EXCLUDED(*mu_);
   bool pending() const { return !active_.empty(); }

@@ -32,6 +32,10 @@ struct PickLeg {
   std::shared_ptr<const FleetWorker> worker;
   core::TargetId target = 0;
   std::optional<uint32_t> dp_rank;  // data_parallel_rank for workers with dp_size > 1
+  // The cached tokens the router's view predicts the worker will report
+  // (core::PredictedHitTokens of the pick); nullopt when the pick made no prediction
+  // (not kv-aware, no token ids, or images: the text overlap was not consulted).
+  std::optional<uint64_t> predicted_cached_tokens;
 };
 
 struct PickPlan {

@@ -36,6 +36,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
   const bool first = history.tried.empty();
   PickPlan plan;
   core::PickResult pick;
+  std::optional<uint64_t> predicted;
   const FleetWorker* owner = nullptr;
   {
     absl::MutexLock lock(&mu_);
@@ -55,10 +56,19 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     if (ctx.tokens) input.tokens = std::span<const core::TokenId>(*ctx.tokens);
     input.estimated_tokens = ctx.api.estimated_tokens;
     input.image_keys = ctx.api.image_keys;
-    auto picked =
-        index_.WithIndex([&](const core::KvIndex&) { return selector_.Pick(input, candidates_); });
+    size_t block_size = 0;
+    auto picked = index_.WithIndex([&](const core::KvIndex& index) {
+      auto r = selector_.Pick(input, candidates_);
+      if (r.ok()) block_size = index.BlockSize(r->picked);
+      return r;
+    });
     if (!picked.ok()) return absl::UnavailableError(picked.status().message());
     pick = std::move(*picked);
+    // Only a kv-aware pick of a text prompt consulted the view's overlap.
+    if (pick.policy == core::Policy::kKvAware && ctx.tokens && ctx.api.image_keys.empty() &&
+        block_size > 0) {
+      predicted = core::PredictedHitTokens(pick.cache_hits, ctx.tokens->size(), block_size);
+    }
     const size_t idx = static_cast<size_t>(
         std::find(candidates_.begin(), candidates_.end(), pick.picked) - candidates_.begin());
     owner = owners_[idx];
@@ -70,7 +80,8 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
   // The owner is alive: `fleet` holds it.
   for (const auto& wk : fleet) {
     if (wk.get() == owner) {
-      plan.legs.push_back({core::Role::kMixed, wk, pick.picked, wk->DpRankOf(pick.picked)});
+      plan.legs.push_back(
+          {core::Role::kMixed, wk, pick.picked, wk->DpRankOf(pick.picked), predicted});
       break;
     }
   }
@@ -183,6 +194,46 @@ void PickPlanner::Retire(const FleetWorker& worker, events::KvEventSource& event
     selector_.RemoveTarget(worker.targets[r]);
     events.RemoveTarget(worker.KeyOf(r));
   }
+}
+
+void PickPlanner::RecordPrediction(const PickLeg& leg, uint64_t reported_tokens) {
+  core::PredictionStats before, after;
+  {
+    absl::MutexLock lock(&mu_);
+    // A worker removed since the pick: its target id may be another worker's now.
+    if (leg.worker->retired.load(std::memory_order_relaxed)) return;
+    core::PredictionTracker& tracker = selector_.predictions();
+    before = tracker.Get(leg.target);
+    tracker.Record(leg.target, *leg.predicted_cached_tokens, reported_tokens);
+    after = tracker.Get(leg.target);
+  }
+  if (before.drifting != after.drifting) {
+    const std::string name = leg.worker->KeyOf(leg.worker->RankIndex(leg.target)).ToString();
+    if (after.drifting) {
+      spdlog::warn(
+          "target {}: its engine's reported cached tokens drift from the router's view "
+          "(relative error {:.2f} over {} answers; predicted {} tokens, reported {}): events "
+          "lost, or a hash seed, block size or chat template that does not match? Its "
+          "overlap is trusted less until they agree",
+          name, after.relative_error, after.samples, after.predicted_tokens, after.reported_tokens);
+    } else {
+      spdlog::info("target {}: predictions agree with its engine again (relative error {:.2f})",
+                   name, after.relative_error);
+    }
+  }
+}
+
+std::vector<core::PredictionStats> PickPlanner::Predictions(const FleetWorker& worker) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<core::PredictionStats> out;
+  out.reserve(worker.targets.size());
+  for (core::TargetId t : worker.targets) out.push_back(selector_.predictions().Get(t));
+  return out;
+}
+
+double PickPlanner::PendingPrefillBlocks(core::TargetId target) const {
+  absl::MutexLock lock(&mu_);
+  return selector_.load().PendingPrefillBlocks(target);
 }
 
 size_t PickPlanner::PendingGuards() const {

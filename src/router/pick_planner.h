@@ -76,9 +76,18 @@ class PickPlanner {
   // whose index id is being freed.
   void Retire(const FleetWorker& worker, events::KvEventSource& events) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // One answer's reported cached tokens vs the leg's prediction
+  // (core::PredictionTracker); a target that starts or stops drifting is logged.
+  // REQUIRES: leg.predicted_cached_tokens is set.
+  void RecordPrediction(const PickLeg& leg, uint64_t reported_tokens) ABSL_LOCKS_EXCLUDED(mu_);
+  // The prediction statistics of each target of `worker`, in rank order.
+  std::vector<core::PredictionStats> Predictions(const FleetWorker& worker) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Guards not yet released (0 when idle: no leaked load).
   size_t PendingGuards() const ABSL_LOCKS_EXCLUDED(mu_);
   size_t ActiveBlocks(core::TargetId target) const ABSL_LOCKS_EXCLUDED(mu_);
+  double PendingPrefillBlocks(core::TargetId target) const ABSL_LOCKS_EXCLUDED(mu_);
   // Active blocks of each target of `worker`, in rank order.
   std::vector<size_t> ActiveBlocks(const FleetWorker& worker) const ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -6,22 +6,23 @@ namespace infera::router {
 
 http::Awaitable<void> Relay::Run(RequestContext& ctx, UpstreamResponse& response,
                                  const std::string& worker_id, ResponseTransform* transform,
-                                 http::ResponseWriter& w) {
+                                 http::ResponseWriter& w, RelayFeedback* feedback) {
   http::Headers out;
   out.Add("X-Infera-Request-Id", ctx.request_id);
   out.Add("X-Infera-Worker-Id", worker_id);
   const bool sse = response.headers().Get("Content-Type").starts_with("text/event-stream");
   ctx.status = response.status();
   if (response.status() != 200 || !sse) {
-    co_await Whole(ctx, response, worker_id, transform, std::move(out), w);
+    co_await Whole(ctx, response, worker_id, transform, std::move(out), w, feedback);
   } else {
-    co_await Stream(ctx, response, worker_id, transform, std::move(out), w);
+    co_await Stream(ctx, response, worker_id, transform, std::move(out), w, feedback);
   }
 }
 
 http::Awaitable<void> Relay::Whole(RequestContext& ctx, UpstreamResponse& response,
                                    const std::string& worker_id, ResponseTransform* transform,
-                                   http::Headers out, http::ResponseWriter& w) {
+                                   http::Headers out, http::ResponseWriter& w,
+                                   RelayFeedback* feedback) {
   const int status = response.status();
   auto body_or = co_await response.ReadAll(1ull << 30);
   if (!body_or.ok()) {
@@ -38,6 +39,7 @@ http::Awaitable<void> Relay::Whole(RequestContext& ctx, UpstreamResponse& respon
     co_return;
   }
   std::string body = std::move(*body_or);
+  if (feedback != nullptr && status == 200) feedback->usage.Whole(body);
   if (transform != nullptr) {
     body = transform->Whole(status, std::move(body));
     out.Add("Content-Type", "application/json");
@@ -52,7 +54,8 @@ http::Awaitable<void> Relay::Whole(RequestContext& ctx, UpstreamResponse& respon
 
 http::Awaitable<void> Relay::Stream(RequestContext& ctx, UpstreamResponse& response,
                                     const std::string& worker_id, ResponseTransform* transform,
-                                    http::Headers out, http::ResponseWriter& w) {
+                                    http::Headers out, http::ResponseWriter& w,
+                                    RelayFeedback* feedback) {
   out.Add("Content-Type", "text/event-stream");
   out.Add("Cache-Control", "no-cache");
   if (!co_await w.BeginStream(200, std::move(out))) {
@@ -61,6 +64,7 @@ http::Awaitable<void> Relay::Stream(RequestContext& ctx, UpstreamResponse& respo
     co_return;
   }
   ctx.streaming = true;
+  bool first_byte = true;
   while (true) {
     auto piece = co_await response.Read();
     if (!piece.ok()) {
@@ -85,6 +89,13 @@ http::Awaitable<void> Relay::Stream(RequestContext& ctx, UpstreamResponse& respo
       if (transform != nullptr) co_await w.WriteChunk(transform->Finish());
       co_await w.EndStream();
       co_return;
+    }
+    if (feedback != nullptr) {
+      if (first_byte && !(*piece)->empty() && feedback->guards != nullptr) {
+        feedback->guards->PrefillDone();  // the first token: no longer pending prefill
+        first_byte = false;
+      }
+      feedback->usage.Chunk(**piece);
     }
     const bool ok = transform != nullptr ? co_await w.WriteChunk(transform->Chunk(**piece))
                                          : co_await w.WriteChunk(**piece);

@@ -114,13 +114,23 @@ discovery::DiscoveryCallbacks Router::Callbacks() { return workers_->Callbacks()
 
 size_t Router::PendingGuards() const { return planner_->PendingGuards(); }
 
-size_t Router::ActiveBlocks(const core::TargetKey& key) const {
+std::optional<core::TargetId> Router::FindTarget(const core::TargetKey& key) const {
   for (const auto& w : *workers_->Snapshot()) {
     if (w->record.worker_id != key.worker_id || key.dp_rank < w->record.dp_rank) continue;
     const size_t r = key.dp_rank - w->record.dp_rank;
-    if (r < w->targets.size()) return planner_->ActiveBlocks(w->targets[r]);
+    if (r < w->targets.size()) return w->targets[r];
   }
-  return 0;
+  return std::nullopt;
+}
+
+size_t Router::ActiveBlocks(const core::TargetKey& key) const {
+  const std::optional<core::TargetId> t = FindTarget(key);
+  return t ? planner_->ActiveBlocks(*t) : 0;
+}
+
+double Router::PendingPrefillBlocks(const core::TargetKey& key) const {
+  const std::optional<core::TargetId> t = FindTarget(key);
+  return t ? planner_->PendingPrefillBlocks(*t) : 0;
 }
 
 std::string Router::RenderMetrics() const { return views_->MetricsText(); }

@@ -96,11 +96,16 @@ class Router {
   size_t PendingGuards() const;
   // Active blocks of one target (worker_id, dp_rank); 0 when unknown.
   size_t ActiveBlocks(const core::TargetKey& key) const;
+  // Blocks of prefill still pending on one target (load term `work`); 0 when unknown.
+  double PendingPrefillBlocks(const core::TargetKey& key) const;
   std::string RenderMetrics() const;
   // The random policy's seed in force (logged at start-up).
   uint64_t random_seed() const { return options_.policy.random_seed; }
 
  private:
+  // The target id of (worker_id, dp_rank) in the current fleet.
+  std::optional<core::TargetId> FindTarget(const core::TargetKey& key) const;
+
   RouterOptions options_;
   std::unique_ptr<core::Clock> own_clock_;
   const core::Clock* clock_;

@@ -105,6 +105,88 @@ TEST_F(RouterPipelineTest, PickHoldsActiveBlocksUntilTheAnswerEnds) {
   EXPECT_TRUE(WaitFor([&] { return router_->ActiveBlocks({"a:1", 0}) == 0; }));
 }
 
+std::string Tokens(int n) {
+  std::string prompt = "[";
+  for (int i = 0; i < n; ++i) prompt += (i ? "," : "") + std::to_string(i + 1);
+  return prompt + "]";
+}
+
+TEST_F(RouterPipelineTest, ThePrefillStopsPendingAtTheStreamsFirstByte) {
+  policy_set_ = true;  // kv-aware, load term work: the pick's missed blocks are pending
+  StartRouter();
+  AddWorker("a");
+  const std::string body = R"({"model":"m","stream":true,"prompt":)" + Tokens(64) + "}";
+  // The head arrived, no body byte yet: the prefill is still pending.
+  fake_->Push("a:1", Script{.content_type = "text/event-stream", .hold = true});
+  // The first chunk arrived: the request is decoding.
+  fake_->Push("a:1",
+              Script{.content_type = "text/event-stream", .pieces = {Sse("Hel")}, .hold = true});
+  {
+    TestClient c(router_->port());
+    c.Write("POST", "/v1/completions", body);
+    ASSERT_TRUE(WaitFor([&] { return fake_->held() == 1; }));
+    EXPECT_EQ(router_->PendingPrefillBlocks({"a:1", 0}), 4.0);  // 64 tokens, nothing cached
+    EXPECT_EQ(router_->ActiveBlocks({"a:1", 0}), 4u);
+    fake_->Release();
+    EXPECT_EQ(c.ReadAnswer().status, 200);
+  }
+  EXPECT_TRUE(WaitFor([&] { return router_->PendingGuards() == 0; }));
+  EXPECT_EQ(router_->PendingPrefillBlocks({"a:1", 0}), 0.0);  // released with the guard
+  {
+    TestClient c(router_->port());
+    c.Write("POST", "/v1/completions", body);
+    c.ReadUntil("Hel");
+    ASSERT_TRUE(WaitFor([&] { return fake_->held() == 1; }));
+    EXPECT_EQ(router_->PendingPrefillBlocks({"a:1", 0}), 0.0);
+    EXPECT_EQ(router_->ActiveBlocks({"a:1", 0}), 4u);  // held until the last token
+    fake_->Release();
+    EXPECT_EQ(c.ReadAnswer().status, 200);
+  }
+}
+
+TEST_F(RouterPipelineTest, ReportedCachedTokensAreComparedWithThePrediction) {
+  policy_set_ = true;  // kv-aware: the pick predicts the worker's cached tokens
+  StartRouter();
+  AddWorker("a");
+  const std::string prompt = Tokens(64);
+  // Nothing in the router's view: each answer predicts 0 cached tokens. The worker
+  // reports 48 (whole body), then 32 (a stream's usage chunk, split across two reads),
+  // then nothing.
+  fake_->Push("a:1", Script{.pieces = {R"({"choices":[{"index":0,"text":"ok"}],)"
+                                       R"("usage":{"prompt_tokens":64,"completion_tokens":1,)"
+                                       R"("prompt_tokens_details":{"cached_tokens":48}}})"}});
+  fake_->Push("a:1",
+              Script{.content_type = "text/event-stream",
+                     .pieces = {Sse("Hel"), R"(data: {"choices":[],"usage":{"prompt_tokens":64,)",
+                                R"("prompt_tokens_details":{"cached_tokens":32}}})"
+                                "\n\ndata: [DONE]\n\n"}});
+  fake_->Push("a:1", Script{.pieces = {kCompletion}});
+  const std::string whole = R"({"model":"m","prompt":)" + prompt + "}";
+  const std::string stream =
+      R"({"model":"m","stream":true,"stream_options":{"include_usage":true},"prompt":)" + prompt +
+      "}";
+  EXPECT_EQ(Call("POST", "/v1/completions", whole).status, 200);
+  EXPECT_EQ(Call("POST", "/v1/completions", stream).status, 200);
+  EXPECT_EQ(Call("POST", "/v1/completions", whole).status, 200);
+  json workers = json::parse(Call("GET", "/v1/workers").body);
+  json p = workers["workers"][0]["targets"][0]["prediction"];
+  EXPECT_EQ(p["samples"], 2);  // the answer without usage is no sample
+  EXPECT_EQ(p["predicted_tokens"], 0);
+  EXPECT_EQ(p["reported_tokens"], 80);
+  EXPECT_EQ(p["relative_error"], 1.0);
+  EXPECT_EQ(p["drifting"], false);  // fewer than 8 answers
+  EXPECT_EQ(workers["workers"][0]["prediction_drifting"], false);
+  std::string m = Metrics();
+  EXPECT_NE(m.find(R"(infera_router_prediction_samples_total{worker_id="a:1"} 2)"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find(R"(infera_router_prediction_reported_tokens_total{worker_id="a:1"} 80)"),
+            std::string::npos);
+  EXPECT_NE(m.find(R"(infera_router_prediction_relative_error{worker_id="a:1"} 1)"),
+            std::string::npos);
+  EXPECT_NE(m.find(R"(infera_router_prediction_drifting{worker_id="a:1"} 0)"), std::string::npos);
+}
+
 TEST_F(RouterPipelineTest, FivexxBeforeTheFirstByteFailsOver) {
   StartRouter();
   AddWorker("a");
