@@ -154,7 +154,9 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
   auto add_leg = [&](const FleetWorker* owner, const core::PickResult& pick) {
     for (const auto& wk : fleet) {
       if (wk.get() == owner) {
-        plan.legs.push_back({pick.role, wk, pick.picked, wk->DpRankOf(pick.picked)});
+        // No prediction for PD legs yet (the prefill leg could feed the tracker too).
+        plan.legs.push_back(
+            {pick.role, wk, pick.picked, wk->DpRankOf(pick.picked), std::nullopt});
         break;
       }
     }
