@@ -393,8 +393,16 @@ def main():
             ("depth", lambda: test_engine_depth_limit(procs, engine_bases[0])),
         ]
         failed = []
+        # Under the sanitizers (make test's ASan+UBSan smoke sets INFERA_SANITIZED=1) the
+        # fd-exhaustion case cannot run: the sanitizer runtime checks memory with a pipe(),
+        # which fails at the fd limit, so UBSan's vptr check reports every virtual call
+        # as "invalid vptr". The release run of this test covers it.
+        sanitized_skip = {"emfile"} if os.environ.get("INFERA_SANITIZED") else set()
         for name, fn in tests:
             if ARGS.only and name not in ARGS.only.split(","):
+                continue
+            if name in sanitized_skip:
+                print(f"skip [{name}]: not run under the sanitizers (fd exhaustion)", flush=True)
                 continue
             try:
                 fn()
