@@ -1,7 +1,5 @@
 #include "router/mixed_dispatcher.h"
 
-#include <chrono>
-
 #include "router/api_errors.h"
 #include "router/leg_request.h"
 #include "router/relay.h"
@@ -13,29 +11,11 @@ MixedDispatcher::MixedDispatcher(int max_attempts, int64_t request_timeout_ms,
                                  const WorkerSet& workers, PickPlanner& planner, Upstream& upstream,
                                  const core::Clock& clock, RouterMetrics& metrics)
     : max_attempts_(max_attempts),
-      request_timeout_ms_(request_timeout_ms),
       workers_(workers),
       planner_(planner),
       upstream_(upstream),
-      clock_(clock),
-      metrics_(metrics) {}
-
-bool MixedDispatcher::LogLimiter::Allow() {
-  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::steady_clock::now().time_since_epoch())
-                             .count();
-  int64_t next = next_ns.load(std::memory_order_relaxed);
-  if (now_ns < next || !next_ns.compare_exchange_strong(next, now_ns + 1'000'000'000)) {
-    suppressed.fetch_add(1, std::memory_order_relaxed);
-    return false;
-  }
-  return true;
-}
-
-void MixedDispatcher::ReportFailure(const FleetWorker& worker, const char* kind) {
-  worker.health.OnFailure(clock_.NowNs());
-  metrics_.CountUpstreamError(worker.record.worker_id, kind);
-}
+      metrics_(metrics),
+      failures_(request_timeout_ms, clock, metrics) {}
 
 http::Awaitable<void> MixedDispatcher::Dispatch(RequestContext& ctx, http::ResponseWriter& w) {
   PlanHistory history;
@@ -60,49 +40,28 @@ http::Awaitable<void> MixedDispatcher::Dispatch(RequestContext& ctx, http::Respo
 
     auto sent = co_await upstream_.Send(LegRequest(ctx, leg));
     if (!sent.ok()) {
-      const absl::StatusCode code = sent.status().code();
-      if (code == absl::StatusCode::kCancelled || w.client_gone()) {
-        worker.health.OnAbandoned();
-        ctx.End(Outcome::kCancelled, 499);
-        co_return;
+      SendFailures::Judged failed =
+          failures_.Judge(worker, sent.status(), w.client_gone(), ctx.request_id);
+      switch (failed.kind) {
+        case SendFailures::Kind::kCancelled:
+          ctx.End(Outcome::kCancelled, 499);
+          co_return;
+        case SendFailures::Kind::kTimeout:
+        case SendFailures::Kind::kLocal:
+          co_await SendFailures::Answer(ctx, w, std::move(failed));
+          co_return;
+        case SendFailures::Kind::kUnreachable:
+          break;
       }
-      if (code == absl::StatusCode::kDeadlineExceeded) {
-        ReportFailure(worker, "timeout");
-        ctx.End(Outcome::kTimeout, 504);
-        co_await SendError(w, ctx.kind, 504,
-                           "worker " + worker_id + " did not answer within " +
-                               std::to_string(request_timeout_ms_) + " ms",
-                           ctx.request_id);
-        co_return;
-      }
-      if (code == absl::StatusCode::kResourceExhausted) {
-        // The router's own descriptors or buffers ran out (EMFILE...): not the
-        // worker's fault, and no other worker would fare better right now.
-        worker.health.OnAbandoned();
-        std::string kind = http::LocalErrorKind(sent.status());
-        metrics_.CountLocalError(kind.empty() ? "other" : kind);
-        if (local_error_log_.Allow()) {
-          spdlog::warn("request {}: {} ({} more in the last second not logged)", ctx.request_id,
-                       std::string(sent.status().message()),
-                       local_error_log_.suppressed.exchange(0));
-        }
-        ctx.End(Outcome::kRouterError, 503);
-        co_await SendError(w, ctx.kind, 503,
-                           "the router is out of local resources (" +
-                               std::string(sent.status().message()) + "); retry later",
-                           ctx.request_id);
-        co_return;
-      }
-      ReportFailure(worker, "unreachable");
-      last_status = 502;
-      last_message = "worker " + worker_id + " failed: " + std::string(sent.status().message());
+      last_status = failed.http_status;
+      last_message = std::move(failed.message);
       spdlog::warn("request {}: {}", ctx.request_id, last_message);
       continue;  // failover: nothing reached the client yet
     }
     UpstreamResponse& response = **sent;
     if (response.status() >= 500) {
       auto body_or = co_await response.ReadAll(1 << 20);
-      ReportFailure(worker, "status_5xx");
+      failures_.Report(worker, "status_5xx");
       last_status = 502;
       last_message = "worker " + worker_id + " answered " + std::to_string(response.status()) +
                      (body_or.ok() ? ": " + UpstreamMessage(*body_or) : std::string());

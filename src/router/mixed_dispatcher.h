@@ -6,10 +6,8 @@
 //   deadline: 504, no failover (the worker may still be working);
 //   client gone: the breaker probe is freed without judging the worker, 499;
 //   otherwise: breaker success, Relay answers the client.
-// The router's own descriptors or buffers running out (Send's ResourceExhausted:
-// EMFILE, ENFILE, ENOBUFS, ENOMEM) is no failure of the worker: its breaker is not
-// touched (a probe slot is freed), infera_router_local_errors_total{kind} counts it,
-// the client gets 503 at once (no failover) and the log says so at most once a second.
+// The router's own descriptors or buffers running out is no failure of the worker:
+// 503 at once, no failover (SendFailures, send_failure.h, judges every failed send).
 // When no attempt got an answer: 503 (no workers / all breakers open / the selector
 // refused), 404 model_not_found (no worker serves the model), or 502 with the last
 // worker's failure. The attempt's PickGuards release when the attempt ends.
@@ -17,7 +15,6 @@
 // Thread-safety: Dispatch may run on every loop at once.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 
 #include "core/clock.h"
@@ -25,6 +22,7 @@
 #include "router/fleet.h"
 #include "router/pick_planner.h"
 #include "router/router_metrics.h"
+#include "router/send_failure.h"
 #include "router/upstream.h"
 #include "router/worker_set.h"
 
@@ -40,24 +38,12 @@ class MixedDispatcher final : public Dispatcher {
   http::Awaitable<void> Dispatch(RequestContext& ctx, http::ResponseWriter& w) override;
 
  private:
-  // Records a failed exchange: the breaker and infera_router_upstream_errors_total.
-  void ReportFailure(const FleetWorker& worker, const char* kind);
-
-  // One log line per second at most (any loop).
-  struct LogLimiter {
-    std::atomic<int64_t> next_ns{0};  // steady_clock
-    std::atomic<uint64_t> suppressed{0};
-    bool Allow();
-  };
-
   const int max_attempts_;
-  const int64_t request_timeout_ms_;
   const WorkerSet& workers_;
   PickPlanner& planner_;
   Upstream& upstream_;
-  const core::Clock& clock_;
   RouterMetrics& metrics_;
-  LogLimiter local_error_log_;
+  SendFailures failures_;
 };
 
 }  // namespace infera::router

@@ -121,7 +121,6 @@ PdDispatcher::PdDispatcher(int max_attempts, int64_t request_timeout_ms, PdOptio
                            Dispatcher& mixed, const core::Clock& clock, RouterMetrics& metrics,
                            uint64_t seed)
     : max_attempts_(max_attempts),
-      request_timeout_ms_(request_timeout_ms),
       options_(options),
       workers_(workers),
       planner_(planner),
@@ -129,27 +128,11 @@ PdDispatcher::PdDispatcher(int max_attempts, int64_t request_timeout_ms, PdOptio
       mixed_(mixed),
       clock_(clock),
       metrics_(metrics),
+      failures_(request_timeout_ms, clock, metrics),
       seed_(seed) {}
 
 uint64_t PdDispatcher::NextRandom() {
   return Mix64(seed_ ^ Mix64(counter_.fetch_add(1, std::memory_order_relaxed)));
-}
-
-void PdDispatcher::ReportFailure(const FleetWorker& worker, const char* kind) {
-  worker.health.OnFailure(clock_.NowNs());
-  metrics_.CountUpstreamError(worker.record.worker_id, kind);
-}
-
-// The router's own descriptors or buffers ran out (ResourceExhausted from Send, as in
-// MixedDispatcher): not the worker's fault, no failover; the client gets 503.
-std::optional<std::string> PdDispatcher::LocalFailure(const FleetWorker& worker,
-                                                      const absl::Status& status) {
-  if (status.code() != absl::StatusCode::kResourceExhausted) return std::nullopt;
-  worker.health.OnAbandoned();
-  const std::string kind = http::LocalErrorKind(status);
-  metrics_.CountLocalError(kind.empty() ? "other" : kind);
-  return "the router is out of local resources (" + std::string(status.message()) +
-         "); retry later";
 }
 
 bool PdDispatcher::ServesPd(const RequestContext& ctx) const {
@@ -358,28 +341,29 @@ http::Awaitable<void> PdDispatcher::RunPrefill(RequestContext& ctx, const PickLe
     error = sent.status();
   }
   if (!error.ok()) {
-    if (error.code() == absl::StatusCode::kCancelled || cancel->cancelled()) {
-      worker.health.OnAbandoned();
-      out.kind = PrefillResult::kCancelled;
-    } else if (auto local = LocalFailure(worker, error)) {
-      out.kind = PrefillResult::kLocal;
-      out.message = std::move(*local);
-    } else if (error.code() == absl::StatusCode::kDeadlineExceeded) {
-      ReportFailure(worker, "timeout");
-      metrics_.pd().CountBootstrapFailure("prefill_timeout");
-      out.kind = PrefillResult::kTimeout;
-      out.message = "prefill worker " + worker_id + " did not answer within " +
-                    std::to_string(request_timeout_ms_) + " ms";
-    } else {
-      ReportFailure(worker, "unreachable");
-      metrics_.pd().CountBootstrapFailure("prefill_unreachable");
-      out.kind = PrefillResult::kFailed;
-      out.message = "prefill worker " + worker_id + " failed: " + std::string(error.message());
+    SendFailures::Judged failed =
+        failures_.Judge(worker, error, cancel->cancelled(), ctx.request_id, "prefill worker");
+    out.message = std::move(failed.message);
+    switch (failed.kind) {
+      case SendFailures::Kind::kCancelled:
+        out.kind = PrefillResult::kCancelled;
+        break;
+      case SendFailures::Kind::kLocal:
+        out.kind = PrefillResult::kLocal;
+        break;
+      case SendFailures::Kind::kTimeout:
+        metrics_.pd().CountBootstrapFailure("prefill_timeout");
+        out.kind = PrefillResult::kTimeout;
+        break;
+      case SendFailures::Kind::kUnreachable:
+        metrics_.pd().CountBootstrapFailure("prefill_unreachable");
+        out.kind = PrefillResult::kFailed;
+        break;
     }
     co_return;
   }
   if (out.status >= 500) {
-    ReportFailure(worker, "status_5xx");
+    failures_.Report(worker, "status_5xx");
     metrics_.pd().CountBootstrapFailure("prefill_status");
     out.kind = PrefillResult::kFailed;
     out.message = "prefill worker " + worker_id + " answered " + std::to_string(out.status) + ": " +
@@ -446,35 +430,27 @@ http::Awaitable<PdDispatcher::LegEnd> PdDispatcher::SendAndRelay(
     const int64_t start_ns = clock_.NowNs();
     auto sent = co_await upstream_.Send(std::move(up));
     if (!sent.ok()) {
-      const absl::StatusCode code = sent.status().code();
-      if (code == absl::StatusCode::kCancelled || cancel->cancelled() || w.client_gone()) {
-        worker.health.OnAbandoned();
-        co_return LegEnd::kCancelled;
+      SendFailures::Judged failed = failures_.Judge(
+          worker, sent.status(), cancel->cancelled() || w.client_gone(), ctx.request_id);
+      switch (failed.kind) {
+        case SendFailures::Kind::kCancelled:
+          co_return LegEnd::kCancelled;
+        case SendFailures::Kind::kTimeout:
+        case SendFailures::Kind::kLocal:
+          co_await SendFailures::Answer(ctx, w, std::move(failed));
+          co_return LegEnd::kAnswered;
+        case SendFailures::Kind::kUnreachable:
+          break;
       }
-      if (auto local = LocalFailure(worker, sent.status())) {
-        ctx.End(Outcome::kRouterError, 503);
-        co_await SendError(w, ctx.kind, 503, std::move(*local), ctx.request_id);
-        co_return LegEnd::kAnswered;
-      }
-      if (code == absl::StatusCode::kDeadlineExceeded) {
-        ReportFailure(worker, "timeout");
-        ctx.End(Outcome::kTimeout, 504);
-        co_await SendError(w, ctx.kind, 504,
-                           "worker " + worker_id + " did not answer within " +
-                               std::to_string(request_timeout_ms_) + " ms",
-                           ctx.request_id);
-        co_return LegEnd::kAnswered;
-      }
-      ReportFailure(worker, "unreachable");
       if (pd_leg) metrics_.pd().CountBootstrapFailure("decode_unreachable");
-      failure = {502, "worker " + worker_id + " failed: " + std::string(sent.status().message())};
+      failure = {failed.http_status, std::move(failed.message)};
       spdlog::warn("request {}: {}", ctx.request_id, failure.message);
       continue;
     }
     UpstreamResponse& response = **sent;
     if (response.status() >= 500) {
       auto body_or = co_await response.ReadAll(1 << 20);
-      ReportFailure(worker, "status_5xx");
+      failures_.Report(worker, "status_5xx");
       if (pd_leg) metrics_.pd().CountBootstrapFailure("decode_status");
       failure = {502, "worker " + worker_id + " answered " + std::to_string(response.status()) +
                           (body_or.ok() ? ": " + UpstreamMessage(*body_or) : std::string())};

@@ -38,6 +38,7 @@
 #include "router/pd_options.h"
 #include "router/pick_planner.h"
 #include "router/router_metrics.h"
+#include "router/send_failure.h"
 #include "router/upstream.h"
 #include "router/worker_set.h"
 
@@ -86,14 +87,9 @@ class PdDispatcher final : public Dispatcher {
   http::Awaitable<LegEnd> PrefillFailed(RequestContext& ctx, http::ResponseWriter& w,
                                         const PickLeg& leg, PrefillResult& prefill,
                                         PlanHistory& history, Failure& failure);
-  // Counts a local resource failure and returns the client's message; nullopt if
-  // `status` is not one.
-  std::optional<std::string> LocalFailure(const FleetWorker& worker, const absl::Status& status);
-  void ReportFailure(const FleetWorker& worker, const char* kind);
   uint64_t NextRandom();
 
   const int max_attempts_;
-  const int64_t request_timeout_ms_;
   const PdOptions options_;
   const WorkerSet& workers_;
   PickPlanner& planner_;
@@ -101,6 +97,7 @@ class PdDispatcher final : public Dispatcher {
   Dispatcher& mixed_;
   const core::Clock& clock_;
   RouterMetrics& metrics_;
+  SendFailures failures_;
   const uint64_t seed_;
   std::atomic<uint64_t> counter_{0};
 };
