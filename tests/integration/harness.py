@@ -219,6 +219,32 @@ class Processes:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def metric(base, name):
+    """The value of the unlabelled sample `name` on base's /metrics, or None."""
+    status, body, _ = http("GET", base + "/metrics")
+    m = re.search(r"^" + re.escape(name) + r" (\S+)$", body, re.M)
+    return float(m.group(1)) if status == 200 and m else None
+
+
+def binaries(build):
+    """(infera-bench, infera-mock-engine, infera-router) paths in a build tree."""
+    return tuple(os.path.join(build, f"apps/{b}/{b}")
+                 for b in ("infera-bench", "infera-mock-engine", "infera-router"))
+
+
+def run_bench_json(procs, name, argv, timeout):
+    """Runs `infera-bench ... --json FILE` (FILE in the log dir), checks it succeeded
+    and returns the parsed JSON."""
+    out_json = os.path.join(procs.dir, name + ".json")
+    t0 = time.time()
+    print(name + ":", " ".join(argv[1:]), flush=True)
+    rc, out = procs.run(name, [*argv, "--json", out_json], timeout=timeout)
+    print(out, flush=True)
+    check(rc == 0, f"{name} succeeded ({time.time() - t0:.1f} s)")
+    with open(out_json) as f:
+        return json.load(f)
+
+
 def start_engine(procs, engine_bin, name, *extra):
     """Starts infera-mock-engine on OS-picked ports (HTTP, events, replay).
 

@@ -22,15 +22,13 @@ round-robin loses half the pooled bound to eviction while kv-aware keeps ~97 %.
 
 Usage: online_offline_test.py BUILD_DIR TRACE [--keep-logs]
 """
-import json
 import os
-import re
 import sys
-import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Processes, check, http, start_engine, start_router, worker_flag  # noqa: E402
+from harness import (Processes, binaries, check, metric, run_bench_json,  # noqa: E402
+                     start_engine, start_router, worker_flag)
 
 ENGINES = 4
 BLOCKS = 65536       # per engine (see above; the longest request needs 7,620)
@@ -44,18 +42,10 @@ EVENT_DELAY_MS = 2   # offline: about the live ZMQ + ingestion delay
 TOLERANCE = 0.05
 
 
-def metric(base, name):
-    status, body, _ = http("GET", base + "/metrics")
-    m = re.search(r"^" + re.escape(name) + r" (\S+)$", body, re.M)
-    return float(m.group(1)) if status == 200 and m else None
-
-
 def main():
     build, trace = sys.argv[1], sys.argv[2]
     keep_logs = "--keep-logs" in sys.argv[3:]
-    bench = os.path.join(build, "apps/infera-bench/infera-bench")
-    engine_bin = os.path.join(build, "apps/infera-mock-engine/infera-mock-engine")
-    router_bin = os.path.join(build, "apps/infera-router/infera-router")
+    bench, engine_bin, router_bin = binaries(build)
     workload = ["--trace", trace, "--limit", str(LIMIT), "--time-scale", str(TIME_SCALE),
                 "--max-output-tokens", str(MAX_OUTPUT)]
     engine_model = ["--block-size", str(BLOCK_SIZE), "--num-gpu-blocks", str(BLOCKS),
@@ -65,16 +55,11 @@ def main():
     with Processes(keep_logs=keep_logs) as procs:
         if keep_logs:
             print("logs in", procs.dir, flush=True)
-        off_json = os.path.join(procs.dir, "offline.json")
-        t0 = time.time()
-        rc, out = procs.run("bench-offline",
-                            [bench, "offline", *workload, *engine_model,
-                             "--engines", str(ENGINES), "--policies", f"{kv},round-robin",
-                             "--event-delay-ms", str(EVENT_DELAY_MS), "--jobs", "1",
-                             "--json", off_json], timeout=60)
-        print(out, flush=True)
-        check(rc == 0, f"infera-bench offline succeeded ({time.time() - t0:.1f} s)")
-        offline = json.load(open(off_json))
+        offline = run_bench_json(procs, "bench-offline",
+                                 [bench, "offline", *workload, *engine_model,
+                                  "--engines", str(ENGINES), "--policies", f"{kv},round-robin",
+                                  "--event-delay-ms", str(EVENT_DELAY_MS), "--jobs", "1"],
+                                 timeout=60)
 
         engines = [start_engine(procs, engine_bin, f"engine{i}", *engine_model)[1]
                    for i in range(ENGINES)]
@@ -84,20 +69,15 @@ def main():
         _, rr_router = start_router(procs, router_bin, workers, "--router-policy", "round-robin",
                                     name="router-rr")
 
-        on_json = os.path.join(procs.dir, "online.json")
         resets = []
         for f in engines:
             resets += ["--reset-engine", f"http://127.0.0.1:{f['port']}"]
-        t0 = time.time()
-        rc, out = procs.run("bench-online",
-                            [bench, "online", *workload, "--router", f"{kv}={kv_router}",
-                             "--router", f"round-robin={rr_router}", *resets,
-                             "--engines", str(ENGINES), "--num-gpu-blocks", str(BLOCKS),
-                             "--block-size", str(BLOCK_SIZE), "--model", "mock-model",
-                             "--timeout-s", "60", "--json", on_json], timeout=200)
-        print(out, flush=True)
-        check(rc == 0, f"infera-bench online succeeded ({time.time() - t0:.1f} s)")
-        online = json.load(open(on_json))
+        online = run_bench_json(procs, "bench-online",
+                                [bench, "online", *workload, "--router", f"{kv}={kv_router}",
+                                 "--router", f"round-robin={rr_router}", *resets,
+                                 "--engines", str(ENGINES), "--num-gpu-blocks", str(BLOCKS),
+                                 "--block-size", str(BLOCK_SIZE), "--model", "mock-model",
+                                 "--timeout-s", "60"], timeout=200)
 
         check(offline["requests"] == LIMIT and online["requests"] == LIMIT,
               f"both replay {LIMIT} requests")

@@ -17,15 +17,13 @@
 
 Usage: pd_online_offline_test.py BUILD_DIR TRACE [--limit N] [--keep-logs]
 """
-import json
 import os
-import re
 import sys
-import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Processes, check, http, start_engine, start_router, worker_flag  # noqa: E402
+from harness import (Processes, binaries, check, metric, run_bench_json,  # noqa: E402
+                     start_engine, start_router, worker_flag)
 
 PREFILL = DECODE = 4
 BLOCKS = 65536       # per engine: the prefill pool holds most of the slice's reuse
@@ -39,19 +37,11 @@ PROTOCOL = "vllm-nixl"
 TOLERANCE = 0.05
 
 
-def metric(base, name):
-    status, body, _ = http("GET", base + "/metrics")
-    m = re.search(r"^" + re.escape(name) + r" (\S+)$", body, re.M)
-    return float(m.group(1)) if status == 200 and m else None
-
-
 def main():
     build, trace = sys.argv[1], sys.argv[2]
     keep_logs = "--keep-logs" in sys.argv[3:]
     limit = int(sys.argv[sys.argv.index("--limit") + 1]) if "--limit" in sys.argv else 1000
-    bench = os.path.join(build, "apps/infera-bench/infera-bench")
-    engine_bin = os.path.join(build, "apps/infera-mock-engine/infera-mock-engine")
-    router_bin = os.path.join(build, "apps/infera-router/infera-router")
+    bench, engine_bin, router_bin = binaries(build)
     workload = ["--trace", trace, "--limit", str(limit), "--time-scale", str(TIME_SCALE),
                 "--max-output-tokens", str(MAX_OUTPUT)]
     engine_model = ["--block-size", str(BLOCK_SIZE), "--num-gpu-blocks", str(BLOCKS),
@@ -61,16 +51,11 @@ def main():
     with Processes(keep_logs=keep_logs) as procs:
         if keep_logs:
             print("logs in", procs.dir, flush=True)
-        off_json = os.path.join(procs.dir, "offline.json")
-        t0 = time.time()
-        argv = [bench, "offline", *workload, *engine_model, "--prefill-engines", str(PREFILL),
-                "--decode-engines", str(DECODE), "--policies", f"{kv},round-robin",
-                "--event-delay-ms", str(EVENT_DELAY_MS), "--jobs", "1", "--json", off_json]
-        print("offline:", " ".join(argv[1:]), flush=True)
-        rc, out = procs.run("bench-offline", argv, timeout=120)
-        print(out, flush=True)
-        check(rc == 0, f"infera-bench offline succeeded ({time.time() - t0:.1f} s)")
-        offline = json.load(open(off_json))
+        offline = run_bench_json(
+            procs, "bench-offline",
+            [bench, "offline", *workload, *engine_model, "--prefill-engines", str(PREFILL),
+             "--decode-engines", str(DECODE), "--policies", f"{kv},round-robin",
+             "--event-delay-ms", str(EVENT_DELAY_MS), "--jobs", "1"], timeout=120)
 
         pd = ["--pd-protocol", PROTOCOL, "--pd-kv-wait-ms", "20000"]
         prefill = [start_engine(procs, engine_bin, f"prefill{i}", "--role", "prefill",
@@ -88,22 +73,17 @@ def main():
         _, rr_router = start_router(procs, router_bin, workers, "--router-policy", "round-robin",
                                     name="router-rr")
 
-        on_json = os.path.join(procs.dir, "online.json")
         extra = []
         for f in prefill + decode:
             extra += ["--reset-engine", f"http://127.0.0.1:{f['port']}"]
         for f in prefill:
             extra += ["--prefill-engine", f"http://127.0.0.1:{f['port']}"]
-        t0 = time.time()
-        argv = [bench, "online", *workload, "--router", f"{kv}={kv_router}",
-                "--router", f"round-robin={rr_router}", *extra, "--engines", str(PREFILL),
-                "--num-gpu-blocks", str(BLOCKS), "--block-size", str(BLOCK_SIZE),
-                "--model", "mock-model", "--timeout-s", "120", "--json", on_json]
-        print("online:", " ".join(argv[1:]), flush=True)
-        rc, out = procs.run("bench-online", argv, timeout=400)
-        print(out, flush=True)
-        check(rc == 0, f"infera-bench online succeeded ({time.time() - t0:.1f} s)")
-        online = json.load(open(on_json))
+        online = run_bench_json(
+            procs, "bench-online",
+            [bench, "online", *workload, "--router", f"{kv}={kv_router}",
+             "--router", f"round-robin={rr_router}", *extra, "--engines", str(PREFILL),
+             "--num-gpu-blocks", str(BLOCKS), "--block-size", str(BLOCK_SIZE),
+             "--model", "mock-model", "--timeout-s", "120"], timeout=400)
 
         check(offline["requests"] == limit and online["requests"] == limit,
               f"both replay {limit} requests")
