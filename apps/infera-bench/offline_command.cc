@@ -221,6 +221,13 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
       ->check(CLI::Range(0, 20));
   app.add_option("--event-delay-ms", f.event_delay_ms, "KV event delivery delay (virtual ms)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--approx-ttl-s", f.approx_ttl_s,
+                 "Approximate mode (as infera-router --kv-event-transport none): no KV events, "
+                 "each kv-aware pick predicts its prompt cached for this long (0: exact mode)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--approx-max-blocks", f.approx_max_blocks,
+                 "Approximate mode: predicted blocks kept per engine")
+      ->check(CLI::PositiveNumber);
   app.add_option("--release-load-at", f.release_load_at,
                  "experiment: release a request's active blocks at its first token "
                  "(first-token) instead of its last (finish, what the router does)")
@@ -293,6 +300,8 @@ int RunOffline(const OfflineFlags& flags) {
     config.engines = flags.engines;
     config.engine = flags.engine;
     config.event_delay_ns = static_cast<int64_t>(flags.event_delay_ms * 1e6);
+    config.approx.ttl_ns = static_cast<int64_t>(flags.approx_ttl_s * 1e9);
+    config.approx.max_blocks = flags.approx_max_blocks;
     config.release_load_at_first_token = flags.release_load_at == "first-token";
     config.policy.policy = *core::ParsePolicy(spec.name);
     config.policy.overlap_weight = spec.overlap_weight;

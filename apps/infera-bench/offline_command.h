@@ -27,6 +27,9 @@ struct OfflineFlags {
   double slo_ttft_ms = 0;  // > 0: search each policy's goodput
   size_t goodput_steps = 5;
   double event_delay_ms = 0;
+  // > 0: the simulated router runs approximate mode (no KV events; doc/approx-mode.md).
+  double approx_ttl_s = 0;
+  size_t approx_max_blocks = 262144;
   std::string release_load_at = "finish";
   std::string json_path;
   std::string svg_dir;

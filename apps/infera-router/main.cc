@@ -1,6 +1,7 @@
 // infera-router: flags -> RouterOptions, discovery -> Router callbacks, signals.
 // `infera-router render ...` renders chat templates (src/template/render_command.h).
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <memory>
@@ -106,7 +107,17 @@ int main(int argc, char** argv) {
                  "Static worker: URL[,model=M,worker_id=ID,kv_events_endpoint=tcp://H:P,...] "
                  "(repeatable)");
   app.add_option("--workers-file", workers_file, "JSON list of worker records (etcd schema)");
-  app.add_option("--kv-event-transport", kv_transport, "zmq | none")->capture_default_str();
+  app.add_option("--kv-event-transport", kv_transport,
+                 "zmq | none (none: approximate mode, see --approx-ttl-s)")
+      ->capture_default_str();
+  double approx_ttl_s = 120;
+  app.add_option("--approx-ttl-s", approx_ttl_s,
+                 "--kv-event-transport none, kv-aware: a routed prompt counts as cached on its "
+                 "worker this long after its last pick (0: no cache term)")
+      ->capture_default_str();
+  app.add_option("--approx-max-blocks", opt.approx.max_blocks,
+                 "--kv-event-transport none: predicted cached blocks kept per worker")
+      ->capture_default_str();
   app.add_option("--kv-events-topic", opt.kv_events_topic,
                  "ZMQ subscription topic prefix (empty: all)");
   app.add_option("--request-transport", request_transport, "http")->capture_default_str();
@@ -168,6 +179,15 @@ int main(int argc, char** argv) {
     spdlog::error("--kv-event-transport must be zmq or none (nats is not built in)");
     return 2;
   }
+  if (!std::isfinite(approx_ttl_s) || approx_ttl_s < 0 || approx_ttl_s > 1e9) {
+    spdlog::error("--approx-ttl-s must be a number of seconds >= 0");
+    return 2;
+  }
+  if (opt.approx.max_blocks == 0) {
+    spdlog::error("--approx-max-blocks must be >= 1");
+    return 2;
+  }
+  opt.approx.ttl_ns = static_cast<int64_t>(approx_ttl_s * 1e9);
   if (request_transport != "http") {
     spdlog::error("--request-transport must be http");
     return 2;

@@ -172,6 +172,7 @@ void Selector::Settle(std::span<const TargetId> candidates) {
   if (config_.load_term == LoadTerm::kSpec) load_.DecayRecent();
   for (TargetId t : candidates) {
     load_.ObserveCachedBlocks(t, index_.BlockCount(t));
+    if (!config_.settle_from_views) continue;
     load_.Settle(t, [&](BlockHash h) {
       for (Tier tier : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
         if (index_.Holds(t, h, tier)) return true;

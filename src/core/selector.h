@@ -82,6 +82,10 @@ struct PolicyConfig {
   double kv_pressure_slope = 4.0;                // cost per in-flight block past it
   double mm_weight_factor = 48.0;                // w_mm = factor × w
   uint64_t random_seed = 0;                      // the random policy's seed
+  // Settle pending prefills and recent charges when a view shows their last block.
+  // Approximate mode (approx_cache.h) turns it off: its views are the router's own
+  // predictions, written at the pick, so they say nothing about a prefill's progress.
+  bool settle_from_views = true;
 
   // The overlap weight for `role`: the per-role weight when set, else the global one.
   double OverlapWeight(Role role) const;

@@ -173,6 +173,14 @@ std::string AdminViews::MetricsText() const {
   counter("infera_kv_events_decode_errors_total", "Undecodable payloads.", c.decode_errors);
   counter("infera_kv_events_unknown_parents_total", "BlockStored with unknown parent.",
           c.unknown_parents);
+  if (const ApproxCounters* a = planner_.approx_counters()) {
+    counter("infera_router_approx_blocks_recorded_total",
+            "Approximate mode: blocks the router's picks predicted cached.", a->recorded);
+    counter("infera_router_approx_blocks_expired_total",
+            "Approximate mode: predictions dropped at --approx-ttl-s.", a->expired);
+    counter("infera_router_approx_blocks_evicted_total",
+            "Approximate mode: predictions dropped by --approx-max-blocks.", a->evicted);
+  }
   return out;
 }
 

@@ -57,6 +57,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     input.estimated_tokens = ctx.api.estimated_tokens;
     input.image_keys = ctx.api.image_keys;
     size_t block_size = 0;
+    if (approx_) approx_->Expire(pick_start_ns);
     auto picked = index_.WithIndex([&](const core::KvIndex& index) {
       auto r = selector_.Pick(input, candidates_);
       if (r.ok()) block_size = index.BlockSize(r->picked);
@@ -73,6 +74,9 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
         std::find(candidates_.begin(), candidates_.end(), pick.picked) - candidates_.begin());
     owner = owners_[idx];
     owner->health.Allow(pick_start_ns);
+    if (approx_ && pick.policy == core::Policy::kKvAware && input.tokens) {
+      approx_->Record(pick.picked, *input.tokens, pick_start_ns);
+    }
     if (spdlog::should_log(spdlog::level::info)) spdlog::info("{}", core::FormatPickLog(pick));
     plan.guards = PickGuards(&mu_);
     plan.guards.AddActive(std::move(pick.guard));
@@ -122,6 +126,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     if (ctx.tokens) input.tokens = std::span<const core::TokenId>(*ctx.tokens);
     input.estimated_tokens = ctx.api.estimated_tokens;
     input.image_keys = ctx.api.image_keys;
+    if (approx_) approx_->Expire(pick_start_ns);
     auto planned = index_.WithIndex(
         [&](const core::KvIndex&) { return pd_planner_.Plan(input, pd_candidates_); });
     if (!planned.ok()) {
@@ -147,6 +152,11 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     }
     main_owner = owner_of(pd.main.picked);
     main_owner->health.Allow(pick_start_ns);
+    if (approx_ && pd.main.policy == core::Policy::kKvAware && input.tokens) {
+      // The decode engine holds the transferred KV too.
+      if (pd.prefill) approx_->Record(pd.prefill->picked, *input.tokens, pick_start_ns);
+      approx_->Record(pd.main.picked, *input.tokens, pick_start_ns);
+    }
     if (log) spdlog::info("{}", core::FormatPickLog(pd.main));
     plan.guards.AddActive(std::move(pd.main.guard));
   }
@@ -155,8 +165,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     for (const auto& wk : fleet) {
       if (wk.get() == owner) {
         // No prediction for PD legs yet (the prefill leg could feed the tracker too).
-        plan.legs.push_back(
-            {pick.role, wk, pick.picked, wk->DpRankOf(pick.picked), std::nullopt});
+        plan.legs.push_back({pick.role, wk, pick.picked, wk->DpRankOf(pick.picked), std::nullopt});
         break;
       }
     }
@@ -189,11 +198,22 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
   return plan;
 }
 
+void PickPlanner::EnableApprox(const core::ApproxConfig& config, events::SharedKvIndex& index) {
+  absl::MutexLock lock(&mu_);
+  approx_ = std::make_unique<ApproxRecorder>(config, index);
+}
+
+const ApproxCounters* PickPlanner::approx_counters() const {
+  absl::MutexLock lock(&mu_);
+  return approx_ ? &approx_->counters() : nullptr;
+}
+
 void PickPlanner::Retire(const FleetWorker& worker, events::KvEventSource& events) {
   absl::MutexLock lock(&mu_);
   worker.retired.store(true, std::memory_order_relaxed);
   for (size_t r = 0; r < worker.targets.size(); ++r) {
     selector_.RemoveTarget(worker.targets[r]);
+    if (approx_) approx_->RemoveTarget(worker.targets[r]);
     events.RemoveTarget(worker.KeyOf(r));
   }
 }

@@ -23,17 +23,20 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/approx_cache.h"
 #include "core/clock.h"
 #include "core/pd_planner.h"
 #include "core/selector.h"
 #include "events/kv_event_source.h"
 #include "events/shared_kv_index.h"
+#include "router/approx_recorder.h"
 #include "router/fleet.h"
 #include "router/pick_plan.h"
 #include "router/request_context.h"
@@ -70,6 +73,14 @@ class PickPlanner {
   // Unimplemented (protocols disagree) with the planner's message.
   absl::StatusOr<PickPlan> PlanPd(RequestContext& ctx, const Fleet& fleet, PlanHistory& history)
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Approximate mode (doc/approx-mode.md): from now on every pick predicts its prompt
+  // cached on the picked targets in `index` (the one the planner reads). Call it once,
+  // before the first plan. REQUIRES: config.ttl_ns > 0, config.max_blocks > 0.
+  void EnableApprox(const core::ApproxConfig& config, events::SharedKvIndex& index)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Approximate mode's counters; nullptr when it is off.
+  const ApproxCounters* approx_counters() const;
 
   // Marks the worker retired and drops its targets from the load state and from
   // `events` (hence the index), all under the pick mutex: no plan can pick a target
@@ -108,6 +119,7 @@ class PickPlanner {
   std::vector<core::TargetId> candidates_ ABSL_GUARDED_BY(mu_);
   std::vector<const FleetWorker*> owners_ ABSL_GUARDED_BY(mu_);
   std::vector<core::PdCandidate> pd_candidates_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<ApproxRecorder> approx_ ABSL_GUARDED_BY(mu_);  // null: mode off
 };
 
 }  // namespace infera::router

@@ -51,9 +51,19 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
   pool_ = std::make_unique<http::IoPool>(threads);
   events_ = std::make_unique<events::KvEventIngestor>(index_);
   metrics_ = std::make_unique<RouterMetrics>(options_.policy.policy);
+  const bool approx = !options_.kv_events && options_.approx.ttl_ns > 0 &&
+                      options_.policy.policy == core::Policy::kKvAware;
+  if (approx) options_.policy.settle_from_views = false;
   planner_ = std::make_unique<PickPlanner>(
       options_.policy, index_, *clock_, *metrics_,
       core::PdConfig{.min_uncached_tokens = options_.pd.min_uncached_tokens});
+  if (approx) {
+    planner_->EnableApprox(options_.approx, index_);
+    spdlog::info(
+        "router: approximate mode: no KV events; each pick's prompt counts as cached "
+        "on its worker for {} s, at most {} blocks per worker",
+        options_.approx.ttl_ns / 1e9, options_.approx.max_blocks);
+  }
   workers_ = std::make_unique<WorkerSet>(
       WorkerSetOptions{.kv_events = options_.kv_events,
                        .kv_events_topic = options_.kv_events_topic,

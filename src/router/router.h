@@ -23,6 +23,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/approx_cache.h"
 #include "core/clock.h"
 #include "core/selector.h"
 #include "discovery/discovery.h"
@@ -58,6 +59,9 @@ struct RouterOptions {
   // from RouterEnv::seed when a test gives one). Overrides policy.random_seed.
   std::optional<uint64_t> random_seed;
   bool kv_events = true;  // --kv-event-transport zmq (false: none)
+  // Approximate mode (doc/approx-mode.md) with --kv-event-transport none and the
+  // kv-aware policy: --approx-ttl-s (ttl_ns 0: off), --approx-max-blocks.
+  core::ApproxConfig approx;
   std::string kv_events_topic;
   int64_t request_timeout_ms = 600'000;
   int max_attempts = 3;  // workers tried before the first byte

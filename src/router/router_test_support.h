@@ -114,7 +114,11 @@ inline std::unique_ptr<router::Router> StartTestRouter(router::RouterOptions opt
   opt.threads = 1;
   opt.server.host = "127.0.0.1";
   opt.server.port = 0;
+  // No ZMQ in process: the fixture stands for a fleet whose engines have published
+  // nothing yet (tests write views into the index themselves), so not approximate
+  // mode (--kv-event-transport none's default; sim_approx_mode_test covers it).
   opt.kv_events = false;
+  opt.approx.ttl_ns = 0;
   router::RouterEnv env;
   env.clock = &clock;
   env.seed = seed;

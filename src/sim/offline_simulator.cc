@@ -4,9 +4,11 @@
 #include <cassert>
 #include <deque>
 #include <limits>
+#include <memory>
 #include <queue>
 #include <string>
 
+#include "core/hashing.h"
 #include "core/kv_index.h"
 
 namespace infera::sim {
@@ -34,7 +36,7 @@ class Simulation {
       : workload_(workload),
         config_(config),
         progress_(progress),
-        selector_(config.policy, index_),
+        selector_(SelectorPolicy(config), index_),
         planner_(selector_, index_, config.pd),
         guards_(workload.requests.size()) {
     for (size_t e = 0; e < config.total_engines(); ++e) {
@@ -155,6 +157,7 @@ class Simulation {
       }
     }
     s.pending.outputs.clear();
+    if (approx_) s.pending_events.clear();  // approximate mode: no KV events
     if (!s.pending_events.empty()) {
       deliveries_.push_back({t + config_.event_delay_ns, e, std::move(s.pending_events)});
       s.pending_events.clear();
@@ -224,8 +227,11 @@ class Simulation {
                 int64_t t) {
     const WorkloadRequest& w = workload_.requests[i];
     RequestOutcome& r = result_.requests[i];
+    ExpireApprox(t);
     absl::StatusOr<core::PdPlan> plan = planner_.Plan(input, pd_candidates_);
     assert(plan.ok());  // both pools are always present
+    if (plan->prefill) RecordApprox(*plan->prefill, tokens, t);
+    RecordApprox(plan->main, tokens, t);
     r.engine = engine_of_[plan->main.picked];
     guards_[i] = std::move(plan->main.guard);
     if (plan->kind == core::PdPlanKind::kDecodeOnly) {
@@ -257,8 +263,10 @@ class Simulation {
       ArrivePd(i, input, std::move(tokens), t);
       return;
     }
+    ExpireApprox(t);
     absl::StatusOr<core::PickResult> pick = selector_.Pick(input, candidates_);
     assert(pick.ok());  // candidates are never empty
+    RecordApprox(*pick, tokens, t);
     const auto it = std::find(candidates_.begin(), candidates_.end(), pick->picked);
     const uint32_t e = static_cast<uint32_t>(it - candidates_.begin());
     r.engine = e;
@@ -271,6 +279,30 @@ class Simulation {
       return;
     }
     if (!s.busy) StartStep(e, t);
+  }
+
+  static core::PolicyConfig SelectorPolicy(const OfflineConfig& config) {
+    core::PolicyConfig policy = config.policy;
+    if (config.approx.ttl_ns > 0) policy.settle_from_views = false;  // as the router
+    return policy;
+  }
+
+  // Approximate mode: the router's side, as router::ApproxRecorder does it.
+  void ExpireApprox(int64_t t) {
+    if (!approx_) return;
+    approx_->Expire(t, [&](core::TargetId target, std::span<const core::BlockHash> gone) {
+      index_.RemoveRouterHashes(target, gone, core::Tier::kDevice);
+    });
+  }
+  void RecordApprox(const core::PickResult& pick, std::span<const core::TokenId> tokens,
+                    int64_t t) {
+    if (!approx_ || pick.policy != core::Policy::kKvAware) return;
+    chain_.clear();
+    core::AppendChain(tokens, config_.engine.block_size, 0, chain_);
+    removed_.clear();
+    std::vector<core::BlockHash> added = approx_->Record(pick.picked, chain_, t, removed_);
+    if (!removed_.empty()) index_.RemoveRouterHashes(pick.picked, removed_, core::Tier::kDevice);
+    if (!added.empty()) index_.InsertRouterHashes(pick.picked, added, core::Tier::kDevice);
   }
 
   const Workload& workload_;
@@ -294,6 +326,9 @@ class Simulation {
       steps_;
   std::deque<Delivery> deliveries_;
   std::string request_id_;
+  std::unique_ptr<core::ApproxCache> approx_ =
+      config_.approx.ttl_ns > 0 ? std::make_unique<core::ApproxCache>(config_.approx) : nullptr;
+  std::vector<core::BlockHash> chain_, removed_;  // approximate mode's scratch
   int64_t next_sample_ns_ = 0;
   int64_t sample_interval_ns_ = 0;
   OfflineResult result_;

@@ -26,6 +26,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/approx_cache.h"
 #include "core/pd_planner.h"
 #include "core/selector.h"
 #include "sim/engine.h"
@@ -39,6 +40,10 @@ struct OfflineConfig {
   EngineConfig engine;
   core::PolicyConfig policy;
   int64_t event_delay_ns = 0;
+  // Approximate mode (doc/approx-mode.md), as infera-router with
+  // --kv-event-transport none: the engines' KV events are not delivered; each kv-aware
+  // pick predicts its prompt cached on the picked engines. ttl_ns 0: exact mode.
+  core::ApproxConfig approx{.ttl_ns = 0};
   // Experiment only: release a request's active blocks (its pick guard) at its first
   // token instead of its last. The router releases at the end of the response, so
   // false is the setting that matches it; true measures a prefill-only load term.
