@@ -9,9 +9,9 @@
 //  * the capacity is any size >= 16 (home slot = multiply-shift range reduction), so
 //    a rebuild can size the table to a load between kMinLoad and kMaxLoad instead of
 //    doubling (absl: 7/16 to 7/8);
-//  * with Huge = true, a slot array of 4 MiB or more is 2 MiB-aligned and marked
-//    for transparent huge pages (a probe of a big table is then one cache miss, not
-//    a miss plus a page walk).
+//  * with Huge = true, a slot or control array of 4 MiB or more is 2 MiB-aligned and
+//    marked for transparent huge pages (a probe of a big table is then one cache
+//    miss, not a miss plus a page walk).
 // Erase turns a slot empty when no probe window can have seen it full (absl's rule),
 // else deleted; Rebuild() drops deleted slots.
 //
@@ -276,7 +276,10 @@ class OpenTable {
   }
   void Allocate(size_t cap) {
     capacity_ = static_cast<uint32_t>(cap);
-    ctrl_ = static_cast<int8_t*>(Alloc(cap + kGroup, false));
+    // The control bytes are probed first by every lookup: huge pages for them too
+    // (a 10M-slot table has 10 MB of them; with 4 KiB pages each probe would add a
+    // TLB miss before the slot line).
+    ctrl_ = static_cast<int8_t*>(Alloc(cap + kGroup, Huge));
     std::memset(ctrl_, kEmpty, cap + kGroup);
     slots_ = static_cast<Slot*>(Alloc(cap * sizeof(Slot), Huge));
     size_ = 0;
