@@ -195,17 +195,8 @@ void BM_FindMatches(benchmark::State& state) {
   using Clock = std::chrono::steady_clock;
   size_t q = 0;
   uint64_t checksum = 0;
-  // The measurement's own floor, interleaved with the calls: the CPU time of the two
-  // clock reads around nothing (a system call each on this VM). Its tail is the
-  // machine's (interrupts, other processes' cache and TLB pressure), not the index's.
-  std::vector<double> floor_cpu_ns;
   for (auto _ : state) {
     const auto& chain = queries[q++ % queries.size()];
-    {
-      const int64_t f0 = ThreadCpuNs();
-      const int64_t f1 = ThreadCpuNs();
-      floor_cpu_ns.push_back(static_cast<double>(f1 - f0));
-    }
     // Wall time, and this thread's CPU time: on a shared machine the wall-clock tail
     // is dominated by preemption, the CPU-time tail is the call's own.
     const int64_t c0 = ThreadCpuNs();
@@ -217,6 +208,16 @@ void BM_FindMatches(benchmark::State& state) {
     ours_ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
     ours_cpu_ns.push_back(static_cast<double>(c1 - c0));
     checksum += out[0].total();
+  }
+  // The measurement's own floor, right after the calls (not interleaved: the system
+  // calls would disturb the next call's caches): the CPU time of the two clock reads
+  // around nothing (a system call each on this VM). Its tail is the machine's
+  // (interrupts, other processes' cache and TLB pressure), not the index's.
+  std::vector<double> floor_cpu_ns;
+  for (size_t i = 0; i < ours_cpu_ns.size(); ++i) {
+    const int64_t f0 = ThreadCpuNs();
+    const int64_t f1 = ThreadCpuNs();
+    floor_cpu_ns.push_back(static_cast<double>(f1 - f0));
   }
   // The naive baseline on the same queries (fewer calls: it is much slower).
   const size_t naive_calls = std::clamp<size_t>(ours_ns.size() / 4, 16, 256);
