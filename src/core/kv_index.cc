@@ -49,15 +49,16 @@ constexpr bool IsSet(uint32_t holders) { return holders & 1; }
 constexpr uint32_t kDenseAbove = 32;
 constexpr uint32_t kSparseBelow = 16;
 
-struct HolderSet {
+// One cache line: a probe of a row with 2..8 holders costs one dependent miss.
+struct alignas(64) HolderSet {
   uint32_t count = 0;  // holders
+  // Dense: three planes (device, host, disk) of `words` 64-bit words each (at most
+  // 65536 / 64 = 1024), and the children count of every target id below words * 64.
+  uint16_t words = 0;
   bool dense = false;
-  // Sparse: holder words sorted by target id (up to 6 inside the set itself, so a
-  // probe of a row with a few holders costs one dependent miss).
-  absl::InlinedVector<uint32_t, 6> sparse;
-  // Dense: three planes (device, host, disk) of `words` 64-bit words each, and the
-  // children count of every target id below words * 64.
-  uint32_t words = 0;
+  // Sparse: holder words sorted by target id (up to 8 inside the set itself: a
+  // fleet of 8 sharing a prefix needs no second allocation).
+  absl::InlinedVector<uint32_t, 8> sparse;
   std::unique_ptr<uint64_t[]> planes;
   std::unique_ptr<uint16_t[]> children;
 
@@ -99,7 +100,7 @@ struct HolderSet {
     if (words > 0) std::memcpy(fresh_children.get(), children.get(), 64 * sizeof(uint16_t) * words);
     planes = std::move(fresh);
     children = std::move(fresh_children);
-    words = new_words;
+    words = static_cast<uint16_t>(new_words);
   }
   void ToDense() {
     uint32_t max_t = 0;
@@ -114,7 +115,7 @@ struct HolderSet {
     dense = true;
   }
   void ToSparse() {
-    absl::InlinedVector<uint32_t, 6> out;
+    absl::InlinedVector<uint32_t, 8> out;
     out.reserve(count);
     for (uint32_t w = 0; w < words; ++w) {
       uint64_t any = plane(0)[w] | plane(1)[w] | plane(2)[w];
@@ -183,6 +184,7 @@ struct Row {
   void set_key(uint64_t k) { hash = k; }
 };
 static_assert(sizeof(Row) == 16);
+static_assert(sizeof(HolderSet) == 64);
 constexpr uint32_t kParentBits = 27;
 constexpr uint32_t kParentMask = (1u << kParentBits) - 1;
 constexpr uint32_t kRoot = kParentMask;
@@ -210,6 +212,11 @@ constexpr uint32_t kNoRow = RowTable::kNone;
 
 // How far ahead of the linear walk the table lookups are prefetched.
 constexpr size_t kPrefetchDistance = 24;
+// The linear walk looks rows up this many blocks before it uses them (and
+// prefetches their holder sets then); the ring of looked-up rows is kLookRing long.
+constexpr size_t kLookAhead = 8;
+constexpr size_t kLookRing = 16;
+static_assert(kLookAhead < kLookRing && kLookAhead < kPrefetchDistance);
 // The walk keeps the still-matching candidates as a list (not a bitset) at or
 // below this many.
 constexpr size_t kSmallList = 4;
@@ -899,6 +906,25 @@ void KvIndex::Impl::LinearWalk(std::span<const BlockHash> chain,
     }
   };
 
+  // The holders of block i, looked up kLookAhead blocks before the walk needs them
+  // (their rows were prefetched kPrefetchDistance ahead), so the holder set of a
+  // row that has one is prefetched then and its miss overlaps the blocks between
+  // (a row with two or more holders costs a dependent miss otherwise). Block 0 is
+  // looked up alone: a walk that ends there pays for no look-ahead.
+  uint32_t ahead[kLookRing];
+  size_t looked = 0;  // blocks [0, looked) are in `ahead`
+  auto holders_at = [&](size_t i) -> uint32_t {
+    const size_t want = i == 0 ? 1 : std::min(blocks, i + kLookAhead + 1);
+    for (; looked < want; ++looked) {
+      if (looked + kPrefetchDistance < blocks) rows.Prefetch(chain[looked + kPrefetchDistance]);
+      const uint32_t r = rows.Find(chain[looked]);
+      const uint32_t v = r == kNoRow ? 0 : rows.slot(r).holders;
+      if (IsSet(v)) __builtin_prefetch(&SetOf(v));
+      ahead[looked % kLookRing] = v;
+    }
+    return ahead[i % kLookRing];
+  };
+
   size_t b = 0;
   bool wide = n > kSmallList;
   s.small.clear();
@@ -922,11 +948,8 @@ void KvIndex::Impl::LinearWalk(std::span<const BlockHash> chain,
 
   // Wide mode: bitset intersection, one word at a time.
   for (; wide && b < blocks; ++b) {
-    if (b + kPrefetchDistance < blocks) rows.Prefetch(chain[b + kPrefetchDistance]);
-    const uint32_t r = rows.Find(chain[b]);
-    if (r == kNoRow) break;
-    const uint32_t v = rows.slot(r).holders;
-    if (v == 0) break;  // a kept parent row: nobody holds the block
+    const uint32_t v = holders_at(b);
+    if (v == 0) break;  // no row, or a kept parent row: nobody holds the block
     const HolderSet* set = IsSet(v) ? &SetOf(v) : nullptr;
     if (set != nullptr) {
       // Planes of the row's holders: the set's own when dense; a sparse set's
@@ -1031,10 +1054,7 @@ void KvIndex::Impl::LinearWalk(std::span<const BlockHash> chain,
   } else {
     // Small mode: test each survivor against each block's holders.
     for (; b < blocks && !s.small.empty(); ++b) {
-      if (b + kPrefetchDistance < blocks) rows.Prefetch(chain[b + kPrefetchDistance]);
-      const uint32_t r = rows.Find(chain[b]);
-      if (r == kNoRow) break;
-      const uint32_t v = rows.slot(r).holders;
+      const uint32_t v = holders_at(b);
       if (v == 0) break;
       for (size_t i = 0; i < s.small.size();) {
         const uint32_t pos = s.small[i];
@@ -1109,7 +1129,7 @@ void KvIndex::Impl::Bisect(std::span<const BlockHash> chain, std::span<const Tar
     } else if (const HolderSet* set = &SetOf(v); !set->dense) {
       for (uint32_t h : set->sparse) add(h);
     } else {
-      const uint32_t row_words = std::min(words, set->words);
+      const uint32_t row_words = std::min<uint32_t>(words, set->words);
       for (uint32_t w = 0; w < row_words; ++w) {
         bits[w] = set->plane(0)[w] | set->plane(1)[w] | set->plane(2)[w];
       }

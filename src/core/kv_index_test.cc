@@ -698,6 +698,46 @@ TEST(KvIndexTest, WideSharedPrefixThenDivergingContinuations) {
   EXPECT_EQ(out[201].device_hits, 128u);
 }
 
+// The linear walk (views not known prefix-closed) looks rows up ahead of use and
+// prefetches their holder sets (doc/index.md "The linear walk"): long chains whose
+// blocks have 1..40 holders (inline rows, sets with holders inside, sets with a heap
+// array, dense sets), runs ending on every side of the look-ahead ring, candidate
+// lists of every size, checked against the naive model.
+TEST(KvIndexTest, LinearWalkLookAheadMatchesNaiveModel) {
+  KvIndex index;
+  std::vector<TargetId> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back(index.AddTarget({Name(i), 0}, 16));
+  NaiveModel model;
+  Random rng(77);
+  std::vector<BlockHash> chain(200);
+  for (auto& h : chain) h = rng.Next();
+  // Target i holds a random-length run of the chain (unlinked: never bisected), so
+  // block b has as many holders as there are runs longer than b.
+  for (TargetId t : ids) {
+    const size_t run = 1 + rng.Uniform(chain.size());
+    const std::span<const BlockHash> part(chain.data(), run);
+    const Tier tier = rng.Uniform(5) == 0 ? Tier::kHost : Tier::kDevice;
+    index.InsertRouterHashes(t, part, tier);
+    model.Insert(t, part, tier);
+  }
+  for (int q = 0; q < 300; ++q) {
+    std::vector<TargetId> cands = ids;
+    for (size_t i = cands.size(); i > 1; --i) std::swap(cands[i - 1], cands[rng.Uniform(i)]);
+    cands.resize(1 + rng.Uniform(cands.size()));
+    std::vector<BlockHash> query(chain.begin(), chain.begin() + 1 + rng.Uniform(chain.size()));
+    if (rng.Uniform(2)) query.push_back(rng.Next());
+    std::vector<MatchCounts> out(cands.size());
+    index.FindMatches(query, cands, out);
+    for (size_t i = 0; i < cands.size(); ++i) {
+      ASSERT_FALSE(index.IsPrefixClosed(cands[i]));
+      const MatchCounts want = model.Match(cands[i], query);
+      ASSERT_EQ(out[i].device_hits, want.device_hits) << "query " << q << " target " << cands[i];
+      ASSERT_EQ(out[i].host_hits, want.host_hits) << "query " << q << " target " << cands[i];
+    }
+  }
+  ExpectCountsThenRemoveAll(index, model, ids);
+}
+
 // Memory per block of one worker stays what doc/index.md "Memory" derives: per block
 // stored through events, one 16-byte row + 1 control byte in the global table and one
 // 12-byte entry + 1 control byte in the target's engine map, each table at least
