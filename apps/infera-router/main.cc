@@ -49,6 +49,8 @@ int main(int argc, char** argv) {
   uint64_t max_body = opt.server.max_body_bytes;
   uint32_t max_header = opt.server.max_header_bytes;
   std::string pd_guard_release = "completion";
+  std::string session_affinity = "off";
+  double session_ttl_s = 3600;
 
   app.add_option("--host", host, "Address to listen on")->capture_default_str();
   app.add_option("--port", port, "Port to listen on (0: any free port)")->capture_default_str();
@@ -70,6 +72,17 @@ int main(int argc, char** argv) {
   app.add_option("--pd-prefill-guard-release", pd_guard_release,
                  "PD: release the prefill leg's load when it answers (prefill) or when the "
                  "request ends (completion; serial protocols always release at prefill)")
+      ->capture_default_str();
+  app.add_option("--session-affinity", session_affinity,
+                 "off | prefill (keep a session's prefill target, or its target in a mixed "
+                 "fleet) | both (its decode target too); the session is the body's session_id "
+                 "or prompt_cache_key, or the X-Session-Id header")
+      ->capture_default_str();
+  app.add_option("--session-affinity-max-sessions", opt.sessions.max_sessions,
+                 "Sessions kept bound; the least recently used goes first")
+      ->capture_default_str();
+  app.add_option("--session-affinity-ttl-s", session_ttl_s,
+                 "A session unused this long is forgotten (seconds)")
       ->capture_default_str();
   app.add_option("--kv-host-hit-weight", opt.policy.host_hit_weight,
                  "Credit of a host-tier cache hit relative to a device hit")
@@ -169,6 +182,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   opt.pd.prefill_guard_release = *parsed_release;
+  auto parsed_sessions = infera::core::ParseSessionMode(session_affinity);
+  if (!parsed_sessions.ok()) {
+    spdlog::error("{}", std::string(parsed_sessions.status().message()));
+    return 2;
+  }
+  opt.sessions.mode = *parsed_sessions;
+  if (!(session_ttl_s > 0 && session_ttl_s <= 1e9)) {
+    spdlog::error("--session-affinity-ttl-s must be > 0 and at most 1e9");
+    return 2;
+  }
+  opt.sessions.ttl_ns = static_cast<int64_t>(session_ttl_s * 1e9);
+  if (absl::Status s = opt.sessions.Validate(); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return 2;
+  }
   if (prefill_w >= 0) opt.policy.prefill_overlap_weight = prefill_w;
   if (decode_w >= 0) opt.policy.decode_overlap_weight = decode_w;
   if (absl::Status s = opt.policy.Validate(); !s.ok()) {

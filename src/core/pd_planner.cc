@@ -82,8 +82,16 @@ uint64_t PdPlanner::BestUncachedTokens(const RoutingInput& input,
   return best;
 }
 
+void PdPlanner::Pin(Role pool, std::vector<TargetId>& candidates) {
+  if (!pin_ || candidates.size() <= 1) return;
+  pinned_ = candidates;
+  pin_(pool, pinned_);
+  if (!pinned_.empty()) candidates.swap(pinned_);
+}
+
 absl::StatusOr<PickResult> PdPlanner::PickDecode(const RoutingInput& input,
                                                  std::vector<TargetId>& decode) {
+  Pin(Role::kDecode, decode);
   if (narrow_decode_) {
     std::vector<TargetId> narrowed = decode;
     narrow_decode_(input, narrowed);
@@ -115,9 +123,11 @@ absl::StatusOr<PdPlan> PdPlanner::Plan(const RoutingInput& input,
     if (c.mode == Role::kPrefill && speaks_shared(c)) prefill_.push_back(c.target);
   }
 
+  Pin(Role::kPrefill, prefill_);
   PdPlan plan;
   if (shared.empty()) {
     if (!mixed_.empty()) {
+      Pin(Role::kMixed, mixed_);
       RoutingInput mixed_input = input;
       mixed_input.role = Role::kMixed;
       auto pick = selector_.Pick(mixed_input, mixed_);

@@ -23,6 +23,9 @@
 //
 // Seam for decode input demand and session affinity (issue 14): `narrow_decode`, when
 // set, may shrink the decode candidates (never to empty) before the decode pick.
+// `pin` (session affinity), when set, may shrink a pool's candidates (never to empty)
+// before that pool is used: prefill (also for the conditional-disaggregation check),
+// mixed, and decode (before `narrow_decode`).
 //
 // Both picks use the same RoutingInput, so the prompt is rendered and tokenized once.
 //
@@ -85,6 +88,7 @@ uint64_t AlignBootstrapRoom(uint64_t random, uint32_t rank, uint32_t dp_size);
 class PdPlanner {
  public:
   using NarrowFn = std::function<void(const RoutingInput&, std::vector<TargetId>&)>;
+  using PinFn = std::function<void(Role pool, std::vector<TargetId>&)>;
 
   // `selector` and `index` must outlive the planner.
   PdPlanner(Selector& selector, const KvIndex& index, PdConfig config = {});
@@ -92,18 +96,21 @@ class PdPlanner {
   absl::StatusOr<PdPlan> Plan(const RoutingInput& input, std::span<const PdCandidate> candidates);
 
   void set_narrow_decode(NarrowFn fn) { narrow_decode_ = std::move(fn); }
+  void set_pin(PinFn fn) { pin_ = std::move(fn); }
   const PdConfig& config() const { return config_; }
 
  private:
   uint64_t BestUncachedTokens(const RoutingInput& input, std::span<const TargetId> prefill);
   absl::StatusOr<PickResult> PickDecode(const RoutingInput& input, std::vector<TargetId>& decode);
+  void Pin(Role pool, std::vector<TargetId>& candidates);
 
   Selector& selector_;
   const KvIndex& index_;
   PdConfig config_;
   NarrowFn narrow_decode_;
+  PinFn pin_;
   // Scratch.
-  std::vector<TargetId> prefill_, decode_, mixed_;
+  std::vector<TargetId> prefill_, decode_, mixed_, pinned_;
   std::vector<BlockHash> chain_;
   std::vector<MatchCounts> matches_;
 };

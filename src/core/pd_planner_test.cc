@@ -253,6 +253,68 @@ TEST_F(PdPlannerTest, NarrowDecodeSeam) {
   EXPECT_EQ(unchanged->main.picked, d0_);
 }
 
+TEST_F(PdPlannerTest, PinSeamShrinksEachPoolBeforeItsPick) {
+  Selector& selector = Make(Weights(20, 2));
+  PdPlanner planner(selector, index_);
+  // Unpinned, p1 (warm) and d1 (idle) would win.
+  index_.InsertRouterHashes(p1_, std::span(chain_).first(8), Tier::kDevice);
+  Busy(selector, d0_, 50);
+  std::vector<Role> pools;
+  planner.set_pin([&](Role pool, std::vector<TargetId>& c) {
+    pools.push_back(pool);
+    if (pool == Role::kPrefill) c = {p0_};
+    if (pool == Role::kDecode) c = {d0_};
+  });
+  std::vector<TargetId> narrowed_from;
+  planner.set_narrow_decode([&](const RoutingInput&, std::vector<TargetId>& d) {
+    narrowed_from = d;  // runs after the pin
+  });
+  auto plan = planner.Plan(Input(), Fleet());
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->prefill->picked, p0_);
+  EXPECT_EQ(plan->main.picked, d0_);
+  EXPECT_EQ(narrowed_from, std::vector<TargetId>{d0_});
+  EXPECT_EQ(pools, (std::vector<Role>{Role::kPrefill, Role::kDecode}));
+
+  // A pin that empties a pool keeps it whole.
+  planner.set_narrow_decode(nullptr);
+  planner.set_pin([](Role, std::vector<TargetId>& c) { c.clear(); });
+  auto whole = planner.Plan(Input(), Fleet());
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->prefill->picked, p1_);
+  EXPECT_EQ(whole->main.picked, d1_);
+}
+
+TEST_F(PdPlannerTest, PinSeamAppliesToTheMixedPoolAndTheUncachedCheck) {
+  Selector& selector = Make(Weights(20, 2));
+  const TargetId m1 = index_.AddTarget({"m1:1", 0}, kBlock);
+  {
+    PdPlanner planner(selector, index_);
+    planner.set_pin([&](Role pool, std::vector<TargetId>& c) {
+      EXPECT_EQ(pool, Role::kMixed);
+      c = {m1};
+    });
+    Busy(selector, m1, 30);  // busier, yet pinned
+    const std::vector<PdCandidate> mixed = {{m0_, Role::kMixed, ""}, {m1, Role::kMixed, ""}};
+    auto plan = planner.Plan(Input(), mixed);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(plan->kind, PdPlanKind::kMixed);
+    EXPECT_EQ(plan->main.picked, m1);
+  }
+  // Conditional disaggregation judges the pinned prefill target: p1 caches 9 of 10
+  // blocks (4 uncached tokens), p0 none; pinned to p0 the request is disaggregated.
+  index_.InsertRouterHashes(p1_, std::span(chain_).first(9), Tier::kDevice);
+  PdPlanner planner(selector, index_, {.min_uncached_tokens = 8});
+  ASSERT_EQ(planner.Plan(Input(), Fleet())->kind, PdPlanKind::kDecodeOnly);
+  planner.set_pin([&](Role pool, std::vector<TargetId>& c) {
+    if (pool == Role::kPrefill) c = {p0_};
+  });
+  auto plan = planner.Plan(Input(), Fleet());
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->kind, PdPlanKind::kDisaggregated);
+  EXPECT_EQ(plan->prefill->picked, p0_);
+}
+
 TEST(AlignBootstrapRoomTest, BelowTwoToThe63AndOnTheRank) {
   for (uint64_t random : {uint64_t{0}, uint64_t{12345}, ~uint64_t{0}, (uint64_t{1} << 63) - 1,
                           (uint64_t{1} << 63) - 2, uint64_t{1} << 63}) {

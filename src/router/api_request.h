@@ -46,7 +46,9 @@ struct ApiRequest {
   std::optional<std::vector<core::TokenId>> prompt_tokens;
   size_t estimated_tokens = 0;  // bytes / 4 of the prompt text (>= 1)
   std::vector<uint64_t> image_keys;
-  std::string session_id;  // the body's session_id or prompt_cache_key (routing: not yet)
+  // The body's session_id or prompt_cache_key (RequestPipeline falls back to the
+  // X-Session-Id header); --session-affinity binds it to targets.
+  std::string session_id;
   // The body has a top-level data_parallel_rank: the router's pick replaces it
   // (workers with several DP ranks) or drops it (one rank); LegRequest.
   bool client_dp_rank = false;

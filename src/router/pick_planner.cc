@@ -8,12 +8,18 @@
 namespace infera::router {
 
 PickPlanner::PickPlanner(const core::PolicyConfig& policy, const events::SharedKvIndex& index,
-                         const core::Clock& clock, RouterMetrics& metrics, core::PdConfig pd)
+                         const core::Clock& clock, RouterMetrics& metrics, core::PdConfig pd,
+                         const core::SessionConfig& sessions)
     : index_(index),
       clock_(clock),
       metrics_(metrics),
       selector_(policy, index.index()),
-      pd_planner_(selector_, index.index(), pd) {}
+      pd_planner_(selector_, index.index(), pd),
+      sessions_(sessions, metrics.sessions()) {
+  // Plan() runs under mu_.
+  pd_planner_.set_pin([this](core::Role pool, std::vector<core::TargetId>& candidates)
+                          ABSL_NO_THREAD_SAFETY_ANALYSIS { sessions_.Pin(pool, candidates); });
+}
 
 bool PickPlanner::Admits(const FleetWorker& wk, const RequestContext& ctx, PlanHistory& history,
                          int64_t now_ns, bool mixed_only) {
@@ -50,6 +56,11 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
       }
     }
     if (candidates_.empty()) return absl::NotFoundError("");
+    sessions_.Begin(ctx, pick_start_ns);
+    if (std::optional<size_t> at = sessions_.Find(core::Role::kMixed, candidates_)) {
+      candidates_.assign(1, candidates_[*at]);
+      owners_.assign(1, owners_[*at]);
+    }
     core::RoutingInput input;
     input.role = core::Role::kMixed;
     input.request_id = ctx.request_id;
@@ -77,7 +88,10 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     if (approx_ && pick.policy == core::Policy::kKvAware && input.tokens) {
       approx_->Record(pick.picked, *input.tokens, pick_start_ns);
     }
-    if (spdlog::should_log(spdlog::level::info)) spdlog::info("{}", core::FormatPickLog(pick));
+    const std::string_view session = sessions_.Bind(pick.role, pick.picked);
+    if (spdlog::should_log(spdlog::level::info)) {
+      spdlog::info("{}{}", core::FormatPickLog(pick), session);
+    }
     plan.guards = PickGuards(&mu_);
     plan.guards.AddActive(std::move(pick.guard));
   }
@@ -121,6 +135,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
       }
     }
     if (pd_candidates_.empty()) return absl::NotFoundError("");
+    sessions_.Begin(ctx, pick_start_ns);  // pins the pools inside pd_planner_.Plan
     core::RoutingInput input;
     input.request_id = ctx.request_id;
     if (ctx.tokens) input.tokens = std::span<const core::TokenId>(*ctx.tokens);
@@ -147,7 +162,8 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     if (pd.prefill) {
       prefill_owner = owner_of(pd.prefill->picked);
       prefill_owner->health.Allow(pick_start_ns);
-      if (log) spdlog::info("{}", core::FormatPickLog(*pd.prefill));
+      const std::string_view session = sessions_.Bind(core::Role::kPrefill, pd.prefill->picked);
+      if (log) spdlog::info("{}{}", core::FormatPickLog(*pd.prefill), session);
       plan.prefill_guards.AddActive(std::move(pd.prefill->guard));
     }
     main_owner = owner_of(pd.main.picked);
@@ -157,7 +173,8 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
       if (pd.prefill) approx_->Record(pd.prefill->picked, *input.tokens, pick_start_ns);
       approx_->Record(pd.main.picked, *input.tokens, pick_start_ns);
     }
-    if (log) spdlog::info("{}", core::FormatPickLog(pd.main));
+    const std::string_view session = sessions_.Bind(pd.main.role, pd.main.picked);
+    if (log) spdlog::info("{}{}", core::FormatPickLog(pd.main), session);
     plan.guards.AddActive(std::move(pd.main.guard));
   }
   // The owners are alive: `fleet` holds them.
@@ -214,6 +231,7 @@ void PickPlanner::Retire(const FleetWorker& worker, events::KvEventSource& event
   for (size_t r = 0; r < worker.targets.size(); ++r) {
     selector_.RemoveTarget(worker.targets[r]);
     if (approx_) approx_->RemoveTarget(worker.targets[r]);
+    sessions_.RemoveTarget(worker.targets[r]);
     events.RemoveTarget(worker.KeyOf(r));
   }
 }

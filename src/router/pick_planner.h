@@ -17,7 +17,8 @@
 //
 // Extension points (doc/router-pipeline.md): decode-demand
 // reservations are taken here and handed to the plan's PickGuards; session affinity
-// narrows or orders the candidates before Selector::Pick.
+// (SessionBinder, doc/session-affinity.md) narrows each pool to the session's bound
+// target before Selector::Pick and records where the session went.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -40,6 +41,7 @@
 #include "router/fleet.h"
 #include "router/pick_plan.h"
 #include "router/request_context.h"
+#include "router/session_binder.h"
 
 namespace infera::router {
 
@@ -56,8 +58,10 @@ struct PlanHistory {
 class PickPlanner {
  public:
   // REQUIRES: policy.Validate().ok(); index, clock and metrics outlive the planner.
+  // REQUIRES: sessions.Validate().ok().
   PickPlanner(const core::PolicyConfig& policy, const events::SharedKvIndex& index,
-              const core::Clock& clock, RouterMetrics& metrics, core::PdConfig pd = {});
+              const core::Clock& clock, RouterMetrics& metrics, core::PdConfig pd = {},
+              const core::SessionConfig& sessions = {});
   PickPlanner(const PickPlanner&) = delete;
   PickPlanner& operator=(const PickPlanner&) = delete;
 
@@ -120,6 +124,9 @@ class PickPlanner {
   std::vector<const FleetWorker*> owners_ ABSL_GUARDED_BY(mu_);
   std::vector<core::PdCandidate> pd_candidates_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ApproxRecorder> approx_ ABSL_GUARDED_BY(mu_);  // null: mode off
+  // --session-affinity: narrows each pool to the session's bound target (PD: the
+  // planner's pin seam), records the picks.
+  SessionBinder sessions_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace infera::router

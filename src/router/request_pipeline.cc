@@ -70,6 +70,8 @@ http::Awaitable<void> RequestPipeline::Run(RequestContext& ctx, http::Request& r
     ctx.upstream_body = std::move(req.body);
   }
   ctx.authorization = std::string(req.headers.Get("Authorization"));
+  // The body's session_id / prompt_cache_key first (ApiRequest), then the header.
+  if (ctx.api.session_id.empty()) ctx.api.session_id = req.headers.Get("X-Session-Id");
 
   const int64_t tok_start_ns = clock_.NowNs();
   co_await encoder_.Encode(ctx, dom);

@@ -56,7 +56,7 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
   if (approx) options_.policy.settle_from_views = false;
   planner_ = std::make_unique<PickPlanner>(
       options_.policy, index_, *clock_, *metrics_,
-      core::PdConfig{.min_uncached_tokens = options_.pd.min_uncached_tokens});
+      core::PdConfig{.min_uncached_tokens = options_.pd.min_uncached_tokens}, options_.sessions);
   if (approx) {
     planner_->EnableApprox(options_.approx, index_);
     spdlog::info(

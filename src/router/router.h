@@ -26,6 +26,7 @@
 #include "core/approx_cache.h"
 #include "core/clock.h"
 #include "core/selector.h"
+#include "core/session_affinity.h"
 #include "discovery/discovery.h"
 #include "discovery/worker_record.h"
 #include "events/kv_event_source.h"
@@ -68,6 +69,8 @@ struct RouterOptions {
   uint32_t breaker_failures = 5;
   int64_t breaker_cooldown_ms = 10'000;
   PdOptions pd;  // --pd-min-uncached-tokens, --pd-prefill-guard-release
+  // --session-affinity, --session-affinity-max-sessions, --session-affinity-ttl-s
+  core::SessionConfig sessions;
 };
 
 // What the router takes from its environment; the defaults are the real ones.

@@ -109,6 +109,7 @@ void RouterMetrics::Render(std::string& out) const {
   request_duration_.Render(out);
   overhead_.Render(out);
   pd_.Render(out);
+  sessions_.Render(out);
   RenderHeader(out, "infera_request_inflight", "gauge", "Requests being served.");
   out += "infera_request_inflight{" + policy_label_ + "} " +
          std::to_string(inflight_.load(std::memory_order_relaxed)) + "\n";

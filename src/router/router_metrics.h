@@ -18,6 +18,7 @@
 #include "router/metrics.h"
 #include "router/pd_metrics.h"
 #include "router/request_context.h"
+#include "router/session_metrics.h"
 
 namespace infera::router {
 
@@ -55,6 +56,7 @@ class RouterMetrics {
   void TokenizeJobs(int delta) { tokenize_jobs_.fetch_add(delta, std::memory_order_relaxed); }
 
   PdMetrics& pd() { return pd_; }
+  SessionMetrics& sessions() { return sessions_; }
 
   // The families above and infera_request_inflight, in exposition format.
   void Render(std::string& out) const;
@@ -63,6 +65,7 @@ class RouterMetrics {
   const std::string policy_label_;  // router="<policy>"
   std::atomic<int64_t> inflight_{0};
   PdMetrics pd_;
+  SessionMetrics sessions_;
   std::atomic<int64_t> tokenize_jobs_{0};
 
   CounterFamily requests_total_{"infera_router_requests_total",
