@@ -238,7 +238,7 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
   size_t best = 0;
   double best_cost = 0, best_load = 0, best_credited = 0;
   result.costs.resize(n);
-  const size_t start = TieStart(n);
+  const size_t start = TieStart(input.role, n);
   for (size_t k = 0; k < n; ++k) {
     const size_t i = (start + k) % n;
     const TargetId t = candidates[i];
@@ -290,7 +290,7 @@ size_t Selector::PickLeastLoad(const RoutingInput& input, std::span<const Target
   Settle(candidates);
   const size_t n = candidates.size();
   costs_scratch_.resize(n);
-  const size_t start = TieStart(n);
+  const size_t start = TieStart(input.role, n);
   size_t best = start;
   for (size_t k = 0; k < n; ++k) {
     const size_t i = (start + k) % n;

@@ -171,8 +171,12 @@ class Selector {
   // Decays (spec term) and settles the candidates' load against their views.
   void Settle(std::span<const TargetId> candidates);
   static size_t BlocksOf(const RoutingInput& input, size_t block_size);
-  // Where this pick's scan starts: ties go to the first in scan order.
-  size_t TieStart(size_t n) { return static_cast<size_t>(tie_turn_++ % n); }
+  // Where this pick's scan starts: ties go to the first in scan order. One turn per
+  // role: a PD request's prefill and decode picks alternate, so one shared turn would
+  // give each pool of an even-sized fleet the same parity every time.
+  size_t TieStart(Role role, size_t n) {
+    return static_cast<size_t>(tie_turn_[static_cast<size_t>(role) % kRoles]++ % n);
+  }
   // Fills in the common fields and adds the winner's active blocks and its pending
   // prefill of `missed_blocks`.
   void Finish(const RoutingInput& input, TargetId picked, double missed_blocks, PickResult& result);
@@ -186,7 +190,8 @@ class Selector {
   Random random_;
   // Per distinct candidate list: the next position of its rotation.
   absl::flat_hash_map<std::vector<TargetId>, uint64_t> rotations_;
-  uint64_t tie_turn_ = 0;
+  static constexpr size_t kRoles = 3;
+  uint64_t tie_turn_[kRoles] = {};
   // Per-pick scratch: chains by block size (reused across picks).
   std::vector<std::pair<size_t, std::vector<BlockHash>>> chains_;
   size_t chains_used_ = 0;

@@ -177,6 +177,29 @@ TEST_F(SelectorTest, TieGoesToLowerLoadThenRotates) {
   EXPECT_EQ(picks, (std::map<TargetId, int>{{w2, 10}, {w3, 10}, {w4, 10}}));
 }
 
+// A PD request is two picks, prefill then decode: with pools of two and every cost tied
+// (an idle fleet), each pool still alternates (one shared turn sent every request to
+// the same pair).
+TEST_F(SelectorTest, TiesRotatePerRoleWhenPrefillAndDecodePicksAlternate) {
+  PolicyConfig c = Config(1.0);
+  c.recent_decay = 0;  // no recent charge left behind: every pick is a tie
+  Selector& s = Make(c);
+  const TargetId p0 = index_.AddTarget({"p0:8000", 0}, kBlock);
+  const TargetId p1 = index_.AddTarget({"p1:8000", 0}, kBlock);
+  const TargetId prefill[] = {p0, p1};
+  const TargetId decode[] = {w0_, w1_};
+  std::map<TargetId, int> picks;
+  for (int i = 0; i < 8; ++i) {
+    for (auto [role, pool] : {std::pair{Role::kPrefill, std::span<const TargetId>(prefill)},
+                              std::pair{Role::kDecode, std::span<const TargetId>(decode)}}) {
+      auto pick = s.Pick(Input(role), pool);
+      ASSERT_TRUE(pick.ok());
+      ++picks[pick->picked];
+    }  // each guard is released at once: every pick is a tie
+  }
+  EXPECT_EQ(picks, (std::map<TargetId, int>{{p0, 4}, {p1, 4}, {w0_, 4}, {w1_, 4}}));
+}
+
 TEST_F(SelectorTest, LeastLoadTiesRotate) {
   PolicyConfig c;
   c.policy = Policy::kLeastLoad;
