@@ -106,7 +106,17 @@ int main(int argc, char** argv) {
                  "Static worker: URL[,model=M,worker_id=ID,kv_events_endpoint=tcp://H:P,...] "
                  "(repeatable)");
   app.add_option("--workers-file", workers_file, "JSON list of worker records (etcd schema)");
-  app.add_option("--kv-event-transport", kv_transport, "zmq | none")->capture_default_str();
+  app.add_option("--kv-event-transport", kv_transport,
+                 "zmq (engines' ZMQ streams) | nats (JetStream, fed by infera-register "
+                 "--kv-relay nats) | none")
+      ->capture_default_str();
+  app.add_option("--nats-server", opt.nats_server,
+                 "NATS server URL(s) for --kv-event-transport nats")
+      ->capture_default_str();
+  app.add_option("--ready-after-replay", opt.ready_after_replay,
+                 "/health answers 503 \"starting\" until the KV views are rebuilt at start "
+                 "(engines' replay sockets, or the JetStream stream)")
+      ->capture_default_str();
   app.add_option("--kv-events-topic", opt.kv_events_topic,
                  "ZMQ subscription topic prefix (empty: all)");
   app.add_option("--request-transport", request_transport, "http")->capture_default_str();
@@ -164,8 +174,8 @@ int main(int argc, char** argv) {
     spdlog::error("{}", s.ToString());
     return 2;
   }
-  if (kv_transport != "zmq" && kv_transport != "none") {
-    spdlog::error("--kv-event-transport must be zmq or none (nats is not built in)");
+  if (kv_transport != "zmq" && kv_transport != "nats" && kv_transport != "none") {
+    spdlog::error("--kv-event-transport must be zmq, nats or none");
     return 2;
   }
   if (request_transport != "http") {
@@ -182,6 +192,7 @@ int main(int argc, char** argv) {
   }
   if (seed_flag->count() > 0) opt.random_seed = random_seed;
   opt.kv_events = kv_transport == "zmq";
+  opt.kv_events_nats = kv_transport == "nats";
   opt.server.host = host;
   opt.server.port = static_cast<uint16_t>(port);
   opt.server.max_body_bytes = max_body;
