@@ -1,6 +1,7 @@
 // infera-register: the worker-side sidecar. Registers one worker record in etcd
 // under a lease, keeps it alive, re-registers when the lease is lost, and revokes
-// it on SIGTERM/SIGINT (exit 0). See doc/discovery.md.
+// it on SIGTERM/SIGINT (exit 0). See doc/discovery.md. With --kv-relay nats it also
+// relays the engine's ZMQ KV events to NATS JetStream (doc/nats-transport.md).
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -9,6 +10,8 @@
 
 #include "discovery/etcd_registrar.h"
 #include "discovery/worker_record.h"
+#include "events/nats_relay.h"
+#include "events/publisher.h"
 #include "nlohmann/json.hpp"
 
 namespace {
@@ -32,6 +35,9 @@ int main(int argc, char** argv) {
   uint32_t kv_block_size = 16, dp_rank = 0, dp_size = 1;
   EtcdRegistrarOptions options;
   std::string log_level = "info";
+  std::string kv_relay = "none", kv_events_topic;
+  infera::events::NatsRelayOptions relay_options;
+  bool relay_only = false;
   app.add_option("--record-json", record_json,
                  "the whole worker record as JSON (instead of the field flags)");
   app.add_option("--worker-id", worker_id, "worker id, host:port (default: from --url)");
@@ -63,6 +69,22 @@ int main(int argc, char** argv) {
   app.add_option("--keepalive-s", options.keepalive_interval_s, "keepalive interval in seconds")
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
+  app.add_option("--kv-relay", kv_relay,
+                 "none | nats: republish the engine's ZMQ KV events to NATS JetStream")
+      ->capture_default_str();
+  app.add_option("--nats-server", relay_options.nats.url, "NATS server URL(s), nats://host:port")
+      ->capture_default_str();
+  app.add_option("--nats-stream-max-bytes", relay_options.limits.max_bytes,
+                 "Size limit of stream INFERA_KV_EVENTS when the relay creates it (oldest "
+                 "messages discarded)")
+      ->capture_default_str();
+  app.add_option("--nats-stream-max-msgs", relay_options.limits.max_msgs,
+                 "Message limit of stream INFERA_KV_EVENTS when the relay creates it")
+      ->capture_default_str();
+  app.add_option("--kv-events-topic", kv_events_topic,
+                 "ZMQ subscription topic prefix of the relay (empty: all)");
+  app.add_flag("--relay-only", relay_only,
+               "Relay KV events only; register nothing in etcd (static discovery)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -109,19 +131,56 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto registrar = EtcdRegistrar::Create(*record, options);
-  if (!registrar.ok()) {
-    std::fprintf(stderr, "infera-register: %s\n", Message(registrar.status()).c_str());
+  if (kv_relay != "none" && kv_relay != "nats") {
+    std::fprintf(stderr, "infera-register: --kv-relay must be none or nats\n");
     return 2;
   }
-  spdlog::info("infera-register: keeping {} registered at {} (TTL {} s, keepalive {} s)",
-               (*registrar)->key(), options.client.endpoints, options.lease_ttl_s,
-               options.keepalive_interval_s);
-  (*registrar)->Start();
+  if (relay_only && kv_relay == "none") {
+    std::fprintf(stderr, "infera-register: --relay-only needs --kv-relay nats\n");
+    return 2;
+  }
+  std::unique_ptr<infera::events::NatsRelay> relay;
+  if (kv_relay == "nats") {
+    if (record->kv_events_endpoint.empty()) {
+      std::fprintf(stderr, "infera-register: --kv-relay nats needs --kv-events-endpoint\n");
+      return 2;
+    }
+    std::vector<infera::events::RelayTarget> targets;
+    for (uint32_t r = 0; r < record->dp_size; ++r) {
+      const uint32_t rank = record->dp_rank + r;
+      targets.push_back(
+          {.key = {record->worker_id, rank},
+           .events_endpoint = infera::events::OffsetEndpointPort(record->kv_events_endpoint, rank),
+           .replay_endpoint = infera::events::OffsetEndpointPort(record->kv_replay_endpoint, rank),
+           .topic = kv_events_topic});
+    }
+    relay = std::make_unique<infera::events::NatsRelay>(std::move(targets), relay_options);
+    if (absl::Status s = relay->Start(); !s.ok()) {
+      std::fprintf(stderr, "infera-register: %s\n", Message(s).c_str());
+      return 2;
+    }
+    spdlog::info("infera-register: relaying KV events of {} ({} ranks) to {}", record->worker_id,
+                 record->dp_size, relay_options.nats.url);
+  }
+  std::unique_ptr<EtcdRegistrar> registrar;
+  if (!relay_only) {
+    auto created = EtcdRegistrar::Create(*record, options);
+    if (!created.ok()) {
+      std::fprintf(stderr, "infera-register: %s\n", Message(created.status()).c_str());
+      return 2;
+    }
+    registrar = *std::move(created);
+    spdlog::info("infera-register: keeping {} registered at {} (TTL {} s, keepalive {} s)",
+                 registrar->key(), options.client.endpoints, options.lease_ttl_s,
+                 options.keepalive_interval_s);
+    registrar->Start();
+  }
   int signal_number = 0;
   sigwait(&signals, &signal_number);
+  if (relay) relay->Stop();
+  if (!registrar) return 0;
   spdlog::info("infera-register: signal {}, revoking", signal_number);
-  absl::Status revoked = (*registrar)->Stop();
+  absl::Status revoked = registrar->Stop();
   if (!revoked.ok()) spdlog::warn("infera-register: {}", Message(revoked));
   return 0;
 }

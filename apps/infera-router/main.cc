@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
                  "(repeatable)");
   app.add_option("--workers-file", workers_file, "JSON list of worker records (etcd schema)");
   app.add_option("--kv-event-transport", kv_transport,
-                 "zmq | none (none: approximate mode, see --approx-ttl-s)")
+                 "zmq (engines' ZMQ streams) | nats (JetStream, fed by infera-register "
+                 "--kv-relay nats) | none (approximate mode, see --approx-ttl-s)")
       ->capture_default_str();
   double approx_ttl_s = 120;
   app.add_option("--approx-ttl-s", approx_ttl_s,
@@ -130,6 +131,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--approx-max-blocks", opt.approx.max_blocks,
                  "--kv-event-transport none: predicted cached blocks kept per worker")
+      ->capture_default_str();
+  app.add_option("--nats-server", opt.nats_server,
+                 "NATS server URL(s) for --kv-event-transport nats")
+      ->capture_default_str();
+  app.add_option("--ready-after-replay", opt.ready_after_replay,
+                 "/health answers 503 \"starting\" until the KV views are rebuilt at start "
+                 "(engines' replay sockets, or the JetStream stream)")
       ->capture_default_str();
   app.add_option("--kv-events-topic", opt.kv_events_topic,
                  "ZMQ subscription topic prefix (empty: all)");
@@ -203,8 +211,8 @@ int main(int argc, char** argv) {
     spdlog::error("{}", s.ToString());
     return 2;
   }
-  if (kv_transport != "zmq" && kv_transport != "none") {
-    spdlog::error("--kv-event-transport must be zmq or none (nats is not built in)");
+  if (kv_transport != "zmq" && kv_transport != "nats" && kv_transport != "none") {
+    spdlog::error("--kv-event-transport must be zmq, nats or none");
     return 2;
   }
   if (!std::isfinite(approx_ttl_s) || approx_ttl_s < 0 || approx_ttl_s > 1e9) {
@@ -230,6 +238,7 @@ int main(int argc, char** argv) {
   }
   if (seed_flag->count() > 0) opt.random_seed = random_seed;
   opt.kv_events = kv_transport == "zmq";
+  opt.kv_events_nats = kv_transport == "nats";
   opt.server.host = host;
   opt.server.port = static_cast<uint16_t>(port);
   opt.server.max_body_bytes = max_body;

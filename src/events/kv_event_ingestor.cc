@@ -5,45 +5,11 @@
 #include <chrono>
 #include <zmq.hpp>
 
-#include "events/event_applier.h"
-#include "events/event_decoder.h"
-#include "events/sequence_tracker.h"
+#include "events/zmq_frames.h"
 
 namespace infera::events {
-namespace {
 
-constexpr uint64_t kReplayEndMarker = ~uint64_t{0};  // -1 as a signed 8-byte BE int
-
-uint64_t ReadBE64(const zmq::message_t& m) {
-  uint64_t v = 0;
-  const auto* p = static_cast<const uint8_t*>(m.data());
-  for (size_t i = 0; i < 8; ++i) v = (v << 8) | p[i];
-  return v;
-}
-
-std::string BE64(uint64_t v) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>(v >> (8 * (7 - i)));
-  return s;
-}
-
-// Receives one whole multipart message without blocking; empty when none is queued.
-std::vector<zmq::message_t> RecvMultipart(zmq::socket_t& s) {
-  std::vector<zmq::message_t> frames;
-  while (true) {
-    zmq::message_t m;
-    if (!s.recv(m, zmq::recv_flags::dontwait)) return frames;
-    const bool more = m.more();
-    frames.push_back(std::move(m));
-    if (!more) return frames;
-  }
-}
-
-std::atomic<uint64_t> next_monitor_id{0};
-
-}  // namespace
-
-struct KvEventIngestor::Conn {
+struct KvEventIngestor::Conn : StreamState {
   IngestTarget spec;
   core::TargetId id = 0;
   bool alive = true;  // guarded by index_mu_: false once removed from the index
@@ -51,12 +17,8 @@ struct KvEventIngestor::Conn {
   // Ingestion thread only.
   std::unique_ptr<zmq::socket_t> sub;
   std::unique_ptr<zmq::socket_t> monitor;
-  SequenceTracker seq;
-  TargetApplyState apply_state;
-  DecodedBatch scratch;
-  bool complete = false;
-  bool disconnected = false;  // a disconnect was seen since the last message
-  bool block_size_mismatch = false;
+  bool disconnected = false;    // a disconnect was seen since the last message
+  bool initial_replay = false;  // the replay_on_add replay has not ended yet
 
   // Replay (ingestion thread only). `held` keeps the live messages that arrived
   // since the gap; the first is the one that revealed it.
@@ -73,6 +35,7 @@ struct KvEventIngestor::Conn {
   std::chrono::steady_clock::time_point replay_retry_after{};
 
   bool replaying() const { return replay != nullptr || replay_waiting; }
+  StreamTargetRef ref() const { return {spec, id, alive}; }
 
   // Snapshot for TargetStatuses().
   std::atomic<uint64_t> status_last_seq_plus1{0};
@@ -83,7 +46,8 @@ KvEventIngestor::KvEventIngestor(SharedKvIndex& index, IngestorOptions options)
     : options_(options),
       ctx_(std::make_unique<zmq::context_t>(1)),
       index_mu_(index.mutex()),
-      index_(index.index()) {
+      index_(index.index()),
+      applier_(index_mu_, index_, counters_) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -92,7 +56,8 @@ KvEventIngestor::KvEventIngestor(IngestorOptions options)
       ctx_(std::make_unique<zmq::context_t>(1)),
       owned_index_(std::make_unique<SharedKvIndex>()),
       index_mu_(owned_index_->mutex()),
-      index_(owned_index_->index()) {
+      index_(owned_index_->index()),
+      applier_(index_mu_, index_, counters_) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -121,6 +86,10 @@ core::TargetId KvEventIngestor::AddTarget(const IngestTarget& target) {
   }
   auto conn = std::make_shared<Conn>();
   conn->spec = spec;
+  if (options_.replay_on_add && !spec.events_endpoint.empty() && !spec.replay_endpoint.empty()) {
+    conn->initial_replay = true;
+    initial_replays_pending_.fetch_add(1);
+  }
   {
     std::unique_lock<WriterPriorityMutex> index_lock(index_mu_);
     conn->id = index_.AddTarget(spec.key, spec.block_size);
@@ -245,6 +214,18 @@ void KvEventIngestor::DrainCommands(std::vector<std::shared_ptr<Conn>>& conns) {
     if (cmd.add) {
       OpenSockets(*cmd.conn);
       conns.push_back(cmd.conn);
+      if (cmd.conn->initial_replay) {
+        // Warm start: everything the engine still buffers, before its live stream.
+        cmd.conn->replay_from = 0;
+        if (cmd.conn->sub && active_replays_ < options_.max_concurrent_replays) {
+          StartReplay(*cmd.conn);
+        } else if (cmd.conn->sub) {
+          cmd.conn->replay_waiting = true;
+          waiting_replays_.push_back(cmd.conn.get());
+        } else {
+          EndInitialReplay(*cmd.conn);
+        }
+      }
       continue;
     }
     for (auto it = conns.begin(); it != conns.end(); ++it) {
@@ -259,6 +240,7 @@ void KvEventIngestor::DrainCommands(std::vector<std::shared_ptr<Conn>>& conns) {
         c.replay_waiting = false;
         c.held.clear();
         std::erase(waiting_replays_, &c);
+        EndInitialReplay(c);
         conns.erase(it);
         break;
       }
@@ -269,24 +251,13 @@ void KvEventIngestor::DrainCommands(std::vector<std::shared_ptr<Conn>>& conns) {
 void KvEventIngestor::OpenSockets(Conn& c) {
   if (c.spec.events_endpoint.empty()) return;
   try {
-    auto sub = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::sub);
-    sub->set(zmq::sockopt::linger, 0);
-    sub->set(zmq::sockopt::rcvhwm, options_.receive_hwm);
-    sub->set(zmq::sockopt::reconnect_ivl, options_.reconnect_ivl_ms);
-    sub->set(zmq::sockopt::reconnect_ivl_max, options_.reconnect_ivl_max_ms);
-    sub->set(zmq::sockopt::subscribe, c.spec.topic);
-    const std::string monitor_addr =
-        "inproc://infera-kv-monitor-" + std::to_string(next_monitor_id.fetch_add(1));
-    if (zmq_socket_monitor(sub->handle(), monitor_addr.c_str(),
-                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
-      throw zmq::error_t();
-    }
-    auto monitor = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::pair);
-    monitor->set(zmq::sockopt::linger, 0);
-    monitor->connect(monitor_addr);
-    sub->connect(c.spec.events_endpoint);
-    c.sub = std::move(sub);
-    c.monitor = std::move(monitor);
+    MonitoredSub m = OpenMonitoredSub(*ctx_, c.spec.events_endpoint,
+                                      {.topic = c.spec.topic,
+                                       .receive_hwm = options_.receive_hwm,
+                                       .reconnect_ivl_ms = options_.reconnect_ivl_ms,
+                                       .reconnect_ivl_max_ms = options_.reconnect_ivl_max_ms});
+    c.sub = std::move(m.sub);
+    c.monitor = std::move(m.monitor);
   } catch (const zmq::error_t& e) {
     spdlog::error("kv events: cannot subscribe {} at '{}': {}", c.spec.key.ToString(),
                   c.spec.events_endpoint, e.what());
@@ -294,14 +265,7 @@ void KvEventIngestor::OpenSockets(Conn& c) {
 }
 
 void KvEventIngestor::ReadMonitor(Conn& c) {
-  for (int i = 0; i < 64; ++i) {
-    std::vector<zmq::message_t> frames = RecvMultipart(*c.monitor);
-    if (frames.empty()) return;
-    if (frames[0].size() < 2) continue;
-    const auto* p = static_cast<const uint8_t*>(frames[0].data());
-    const uint16_t event = static_cast<uint16_t>(p[0] | (p[1] << 8));  // host order (LE)
-    if (event == ZMQ_EVENT_DISCONNECTED) c.disconnected = true;
-  }
+  if (ReadDisconnected(*c.monitor)) c.disconnected = true;
 }
 
 void KvEventIngestor::ReadMessages(Conn& c) {
@@ -462,11 +426,18 @@ void KvEventIngestor::ReadReplay(Conn& c) {
   }
 }
 
+void KvEventIngestor::EndInitialReplay(Conn& c) {
+  if (!c.initial_replay) return;
+  c.initial_replay = false;
+  initial_replays_pending_.fetch_sub(1);
+}
+
 void KvEventIngestor::FinishReplay(Conn& c, bool ok) {
   if (c.replay) {
     c.replay.reset();
     --active_replays_;
   }
+  EndInitialReplay(c);
   if (c.replay_waiting) {
     c.replay_waiting = false;
     std::erase(waiting_replays_, &c);
@@ -512,61 +483,13 @@ void KvEventIngestor::StartWaitingReplays() {
 }
 
 void KvEventIngestor::Apply(Conn& c, uint64_t seq, const void* payload, size_t size) {
-  const bool stream_start = !c.seq.last() && seq == 0;
-  c.seq.Advance(seq);
-  absl::Status decoded = DecodeEventBatch(
-      std::span<const uint8_t>(static_cast<const uint8_t*>(payload), size), c.scratch);
-  if (!decoded.ok()) {
-    counters_.decode_errors.fetch_add(1, std::memory_order_relaxed);
-    spdlog::warn("kv events: {} seq {}: {}", c.spec.key.ToString(), seq,
-                 std::string(decoded.message()));
+  if (!applier_.Apply(c, c.ref(), seq,
+                      std::span<const uint8_t>(static_cast<const uint8_t*>(payload), size))) {
     Resync(c);  // the batch's events are lost: the view may hold stale blocks
-    return;
-  }
-  const bool was_complete = c.complete || stream_start;
-  ApplyStats stats;
-  bool inconsistent = false;
-  {
-    std::unique_lock<WriterPriorityMutex> lock(index_mu_);
-    if (!c.alive) return;
-    stats = ApplyEventBatch(index_, c.id, c.scratch, c.apply_state);
-    // A parent the view must know (it saw the whole stream) but does not: events were
-    // lost somewhere. Not when block sizes differ: then parents are never mapped.
-    inconsistent = stats.unknown_parents > 0 && was_complete && !c.block_size_mismatch &&
-                   stats.block_size_mismatches == 0;
-    if (inconsistent) index_.ApplyCleared(c.id);
-  }
-  counters_.batches.fetch_add(1, std::memory_order_relaxed);
-  counters_.events.fetch_add(stats.events, std::memory_order_relaxed);
-  counters_.skipped_events.fetch_add(stats.skipped_events, std::memory_order_relaxed);
-  counters_.blocks_stored.fetch_add(stats.blocks_stored, std::memory_order_relaxed);
-  counters_.blocks_removed.fetch_add(stats.blocks_removed, std::memory_order_relaxed);
-  counters_.cleared.fetch_add(stats.cleared, std::memory_order_relaxed);
-  counters_.unknown_parents.fetch_add(stats.unknown_parents, std::memory_order_relaxed);
-  counters_.block_size_mismatches.fetch_add(stats.block_size_mismatches, std::memory_order_relaxed);
-  if (stats.block_size_mismatches > 0 && !c.block_size_mismatch) {
-    c.block_size_mismatch = true;
-    spdlog::warn(
-        "kv events: {} sends block_size {} but is registered with {}; its blocks will not "
-        "match the router's hashes",
-        c.spec.key.ToString(), stats.mismatched_block_size, c.spec.block_size);
-  }
-  if (inconsistent) {
-    counters_.resyncs.fetch_add(1, std::memory_order_relaxed);
-    c.complete = false;
-  } else if (stream_start || stats.cleared > 0) {
-    c.complete = true;
   }
 }
 
-void KvEventIngestor::Resync(Conn& c) {
-  {
-    std::unique_lock<WriterPriorityMutex> lock(index_mu_);
-    if (c.alive) index_.ApplyCleared(c.id);
-  }
-  counters_.resyncs.fetch_add(1, std::memory_order_relaxed);
-  c.complete = false;
-}
+void KvEventIngestor::Resync(Conn& c) { applier_.Clear(c, c.ref()); }
 
 void KvEventIngestor::PublishStatus(Conn& c) {
   const std::optional<uint64_t> last = c.seq.last();

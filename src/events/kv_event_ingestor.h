@@ -72,6 +72,7 @@
 #include "core/types.h"
 #include "events/kv_event_source.h"
 #include "events/shared_kv_index.h"
+#include "events/stream_applier.h"
 #include "events/writer_priority_mutex.h"
 
 namespace zmq {
@@ -96,6 +97,10 @@ struct IngestorOptions {
   // On the first message of a stream that does not start at 0, replay from 0 to build
   // a complete view when the engine still buffers its whole history.
   bool initial_replay = true;
+  // When a target is added, replay everything its engine still buffers before its live
+  // stream (warm restart, doc/nats-transport.md "Readiness"); Replaying() is true until
+  // every such replay ended (done, failed or timed out).
+  bool replay_on_add = false;
 };
 
 // What the ingestor knows of one target (admin views, tests).
@@ -144,6 +149,7 @@ class KvEventIngestor final : public KvEventSource {
   }
 
   const KvEventCounters& counters() const override { return counters_; }
+  bool Replaying() const override { return initial_replays_pending_.load() > 0; }
   std::vector<IngestTargetStatus> TargetStatuses() const;
 
  private:
@@ -168,6 +174,7 @@ class KvEventIngestor final : public KvEventSource {
   void ReadReplay(Conn& c);
   // Ends the target's replay, then applies the messages held meanwhile.
   void FinishReplay(Conn& c, bool ok);
+  void EndInitialReplay(Conn& c);
   void StartWaitingReplays();
   bool ReplayAllowed(const Conn& c) const;
   void CatchUp(Conn& c, uint64_t seq, const void* payload, size_t size);
@@ -182,6 +189,7 @@ class KvEventIngestor final : public KvEventSource {
   std::unique_ptr<SharedKvIndex> owned_index_;  // when constructed without an index
   WriterPriorityMutex& index_mu_;               // guards index_ and Conn::alive
   core::KvIndex& index_;
+  StreamApplier applier_;
 
   mutable std::mutex registry_mu_;                         // guards registry_, commands_
   std::map<std::string, std::shared_ptr<Conn>> registry_;  // by TargetKey::ToString()
@@ -191,6 +199,7 @@ class KvEventIngestor final : public KvEventSource {
   int active_replays_ = 0;
   std::deque<Conn*> waiting_replays_;  // owned by RunLoop's list; removed with it
 
+  std::atomic<int> initial_replays_pending_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -76,6 +76,44 @@ TEST(KvEventIngestor, ConvergesAndCatchesUpThroughReplay) {
   EXPECT_EQ(ing.counters().decode_errors.load(), 0u);
 }
 
+TEST(KvEventIngestor, ReplayOnAddRebuildsAnIdleEnginesViewBeforeAnyLiveBatch) {
+  // A restarted router in front of an engine that publishes nothing new: the view must
+  // come from the replay socket alone, and Replaying() says when it is done.
+  auto pub = MakePublisher();
+  FakeEngineCache engine({.seed = 11, .capacity_blocks = 512});
+  for (int i = 0; i < 30; ++i) pub->Publish(engine.NextBatch());
+  KvEventIngestor ing(IngestorOptions{.replay_on_add = true});
+  const core::TargetId id = ing.AddTarget(TargetFor(*pub));
+  EXPECT_TRUE(ing.Replaying());
+  ASSERT_TRUE(WaitFor([&] { return !ing.Replaying(); }));
+  EXPECT_EQ(View(ing, id), engine.TruthRouterHashes());
+  EXPECT_TRUE(ing.TargetStatuses()[0].complete);
+  EXPECT_EQ(LastSeq(ing), 29u);
+  EXPECT_EQ(ing.counters().replays.load(), 1u);
+  EXPECT_EQ(ing.counters().messages.load(), 0u);  // nothing live was needed
+}
+
+TEST(KvEventIngestor, ReplayOnAddEndsWhenTheEngineIsAwayOrTheTargetRemoved) {
+  // Nothing answers at the replay endpoint: the replay times out and the source is
+  // ready anyway; a target removed during its replay stops counting at once.
+  auto pub = MakePublisher();
+  IngestTarget away = TargetFor(*pub);
+  away.key = {"away:1", 0};
+  away.replay_endpoint = "tcp://127.0.0.1:1";  // refused: the DEALER keeps trying
+  KvEventIngestor ing(IngestorOptions{.replay_timeout_ms = 200, .replay_on_add = true});
+  ing.AddTarget(away);
+  EXPECT_TRUE(ing.Replaying());
+  ASSERT_TRUE(WaitFor([&] { return !ing.Replaying(); }));
+  EXPECT_EQ(ing.counters().replay_failures.load(), 1u);
+  ing.AddTarget(away);  // same settings: a no-op, no new replay
+  EXPECT_FALSE(ing.Replaying());
+  IngestTarget other = away;
+  other.key = {"away:2", 0};
+  ing.AddTarget(other);
+  ing.RemoveTarget(other.key);
+  ASSERT_TRUE(WaitFor([&] { return !ing.Replaying(); }));
+}
+
 TEST(KvEventIngestor, ReadersRunConcurrentlyWithIngestion) {
   auto pub = MakePublisher();
   FakeEngineCache engine({.seed = 3, .capacity_blocks = 256, .document_blocks = 16});

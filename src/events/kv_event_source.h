@@ -6,8 +6,7 @@
 // AddTarget registers the target in the index at once and starts following its
 // events; RemoveTarget stops following and drops its view. Implementations:
 //   KvEventIngestor (ZMQ SUB + replay, kv_event_ingestor.h)   --kv-event-transport zmq
-//   a NATS source (next): one more implementation of this interface; the router and
-//   the index do not change.
+//   NatsEventSource (JetStream consumer, nats_event_source.h)   --kv-event-transport nats
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -68,6 +67,9 @@ class KvEventSource {
   virtual std::optional<core::TargetId> FindTarget(const core::TargetKey& key) const = 0;
   // What the source counted (rendered on the router's /metrics).
   virtual const KvEventCounters& counters() const = 0;
+  // True while the source rebuilds its views at start (a target's first replay, the
+  // JetStream catch-up): the router's /health says "starting" (--ready-after-replay).
+  virtual bool Replaying() const { return false; }
 };
 
 }  // namespace infera::events

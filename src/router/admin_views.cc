@@ -10,8 +10,15 @@ namespace infera::router {
 
 using nlohmann::json;
 
+int AdminViews::HealthStatus() const {
+  return ready_after_replay_ && events_.Replaying() ? 503 : 200;
+}
+
 std::string AdminViews::HealthJson() const {
-  return json({{"status", "ok"}, {"active_workers", workers_.Snapshot()->size()}}).dump();
+  const bool starting = ready_after_replay_ && events_.Replaying();
+  return json({{"status", starting ? "starting" : "ok"},
+               {"active_workers", workers_.Snapshot()->size()}})
+      .dump();
 }
 
 std::string AdminViews::ModelsJson() const {

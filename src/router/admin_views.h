@@ -1,6 +1,8 @@
 // AdminViews: the router's read-only JSON and metrics pages (doc/router.md "Endpoints").
 //
-//   /health                         {"status":"ok","active_workers":N}
+//   /health                         {"status":"ok","active_workers":N}; 503 with
+//                                   "starting" while the KV views are rebuilt
+//                                   (ready_after_replay, doc/nats-transport.md)
 //   /v1/models                      the models the fleet serves
 //   /v1/workers                     records + breaker state + active blocks and
 //                                   prediction error per rank (prediction_drifting)
@@ -29,9 +31,16 @@ class AdminViews {
   // REQUIRES: every reference outlives the views.
   AdminViews(const WorkerSet& workers, const PickPlanner& planner,
              const events::SharedKvIndex& index, const events::KvEventSource& events,
-             const RouterMetrics& metrics)
-      : workers_(workers), planner_(planner), index_(index), events_(events), metrics_(metrics) {}
+             const RouterMetrics& metrics, bool ready_after_replay = false)
+      : workers_(workers),
+        planner_(planner),
+        index_(index),
+        events_(events),
+        metrics_(metrics),
+        ready_after_replay_(ready_after_replay) {}
 
+  // 503 while starting (the KV-event source replays), else 200.
+  int HealthStatus() const;
   std::string HealthJson() const;
   std::string ModelsJson() const;
   std::string WorkersJson() const;
@@ -48,6 +57,7 @@ class AdminViews {
   const events::SharedKvIndex& index_;
   const events::KvEventSource& events_;
   const RouterMetrics& metrics_;
+  const bool ready_after_replay_;
 };
 
 }  // namespace infera::router

@@ -52,7 +52,7 @@ http::Awaitable<void> ApiFront::Handle(http::Request& req, http::ResponseWriter&
   } else if (post && path == "/v1/messages") {
     co_await pipeline_.Serve(ApiKind::kMessages, req, w, std::move(request_id));
   } else if (get && path == "/health") {
-    co_await SendJson(w, 200, views_.HealthJson(), request_id);
+    co_await SendJson(w, views_.HealthStatus(), views_.HealthJson(), request_id);
   } else if (get && path == "/v1/models") {
     co_await SendJson(w, 200, views_.ModelsJson(), request_id);
   } else if (get && path == "/v1/workers") {

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "events/kv_event_ingestor.h"
+#include "events/nats_event_source.h"
 #include "router/admin_views.h"
 #include "router/api_front.h"
 #include "router/http_upstream.h"
@@ -49,9 +50,17 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
   }
   int threads = options_.threads > 0 ? options_.threads : http::IoPool::HardwareThreads();
   pool_ = std::make_unique<http::IoPool>(threads);
-  events_ = std::make_unique<events::KvEventIngestor>(index_);
+  if (options_.kv_events_nats) {
+    events::NatsSourceOptions nats;
+    nats.nats.url = options_.nats_server;
+    events_ = std::make_unique<events::NatsEventSource>(index_, std::move(nats));
+  } else {
+    events_ = std::make_unique<events::KvEventIngestor>(
+        index_, events::IngestorOptions{.replay_on_add = true});
+  }
   metrics_ = std::make_unique<RouterMetrics>(options_.policy.policy);
-  const bool approx = !options_.kv_events && options_.approx.ttl_ns > 0 &&
+  const bool approx = !options_.kv_events && !options_.kv_events_nats &&
+                      options_.approx.ttl_ns > 0 &&
                       options_.policy.policy == core::Policy::kKvAware;
   if (approx) options_.policy.settle_from_views = false;
   planner_ = std::make_unique<PickPlanner>(
@@ -84,7 +93,8 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
       *upstream_, *mixed_dispatcher_, *clock_, *metrics_, SaltFrom(env.seed) ^ 0x5044);
   pipeline_ = std::make_unique<RequestPipeline>(options_.request_timeout_ms, *encoder_,
                                                 *dispatcher_, *clock_, *metrics_);
-  views_ = std::make_unique<AdminViews>(*workers_, *planner_, index_, *events_, *metrics_);
+  views_ = std::make_unique<AdminViews>(*workers_, *planner_, index_, *events_, *metrics_,
+                                        options_.ready_after_replay);
   ids_ = std::make_unique<RequestIds>(SaltFrom(env.seed));
   front_ = std::make_unique<ApiFront>(*pipeline_, *views_, *ids_);
 }

@@ -7,7 +7,7 @@
 //        -> Upstream::Send -> failover / Relay (SSE, Anthropic transform)
 //        -> PickGuards released -> RouterMetrics
 //   discovery -> WorkerSet (records, DP expansion, breakers, Fleet snapshots)
-//   KV events -> KvEventSource (ZMQ ingestor) -> SharedKvIndex (owned here)
+//   KV events -> KvEventSource (ZMQ ingestor or NATS JetStream) -> SharedKvIndex (owned here)
 //
 // Failure handling, status codes and error shapes: doc/router.md. Time and
 // randomness are injected (RouterEnv) so tests run the whole router in-process with a
@@ -64,6 +64,11 @@ struct RouterOptions {
   // kv-aware policy: --approx-ttl-s (ttl_ns 0: off), --approx-max-blocks.
   core::ApproxConfig approx;
   std::string kv_events_topic;
+  // --kv-event-transport nats: events from JetStream (doc/nats-transport.md), not ZMQ.
+  bool kv_events_nats = false;
+  std::string nats_server = "nats://127.0.0.1:4222";  // --nats-server
+  // --ready-after-replay: /health answers 503 "starting" while the views are rebuilt.
+  bool ready_after_replay = true;
   int64_t request_timeout_ms = 600'000;
   int max_attempts = 3;  // workers tried before the first byte
   uint32_t breaker_failures = 5;

@@ -1,0 +1,71 @@
+// NatsConnection: one NATS client connection with its JetStream context, as the relay
+// and the router's NatsEventSource use it (doc/nats-transport.md).
+//
+// Connect() returns at once even when no server answers yet: the client keeps trying
+// (retry on failed connect, unlimited reconnects every reconnect_wait_ms) and calls
+// on_reconnect after each (re)connection. EnsureStream() creates INFERA_KV_EVENTS when
+// missing (file storage, discard old, limits retention, the given limits); an existing
+// stream is used as it is.
+//
+// Thread-safety: the libnats handles are thread-safe; so is every method.
+#pragma once
+
+#include <nats/nats.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace infera::events {
+
+struct NatsOptions {
+  std::string url = "nats://127.0.0.1:4222";  // --nats-server: nats://host:port[,nats://...]
+  int64_t reconnect_wait_ms = 200;
+  int64_t request_timeout_ms = 2000;   // JetStream API calls and publish acks
+  std::function<void()> on_reconnect;  // called on a libnats thread; keep it short
+};
+
+// --nats-stream-max-bytes / --nats-stream-max-msgs (Infera's defaults).
+struct NatsStreamLimits {
+  int64_t max_bytes = int64_t{256} << 20;
+  int64_t max_msgs = 1'000'000;
+};
+
+class NatsConnection {
+ public:
+  static absl::StatusOr<std::unique_ptr<NatsConnection>> Connect(NatsOptions options);
+  ~NatsConnection();
+  NatsConnection(const NatsConnection&) = delete;
+  NatsConnection& operator=(const NatsConnection&) = delete;
+
+  bool connected() const;
+  natsConnection* conn() const { return nc_; }
+  jsCtx* js() const { return js_; }
+  int64_t request_timeout_ms() const { return options_.request_timeout_ms; }
+
+  absl::Status EnsureStream(const NatsStreamLimits& limits);
+  // The stream's last sequence number (0: empty).
+  absl::StatusOr<uint64_t> StreamLastSeq();
+  // The Infera-Seq header of the last message on `subject`; nullopt: none stored.
+  absl::StatusOr<std::optional<uint64_t>> LastEngineSeq(const std::string& subject);
+
+ private:
+  explicit NatsConnection(NatsOptions options) : options_(std::move(options)) {}
+  static void OnReconnected(natsConnection* nc, void* closure);
+
+  NatsOptions options_;
+  natsConnection* nc_ = nullptr;
+  jsCtx* js_ = nullptr;
+};
+
+// "what: <libnats status text> (<JetStream error code>)".
+absl::Status NatsError(const std::string& what, natsStatus s, int js_error = 0);
+// The Infera-Seq header of a message; nullopt when missing or not a decimal number.
+std::optional<uint64_t> EngineSeqHeader(natsMsg* msg);
+
+}  // namespace infera::events

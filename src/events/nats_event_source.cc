@@ -1,0 +1,253 @@
+#include "events/nats_event_source.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "events/nats_subject.h"
+
+namespace infera::events {
+
+NatsEventSource::NatsEventSource(SharedKvIndex& index, NatsSourceOptions options)
+    : options_(std::move(options)),
+      index_mu_(index.mutex()),
+      index_(index.index()),
+      applier_(index_mu_, index_, counters_) {
+  NatsOptions nats = options_.nats;
+  nats.on_reconnect = [this] {
+    resubscribe_.store(true);
+    run_cv_.notify_all();
+  };
+  absl::StatusOr<std::unique_ptr<NatsConnection>> nc = NatsConnection::Connect(std::move(nats));
+  if (!nc.ok()) {
+    spdlog::error("kv events: {}", nc.status().ToString());
+    ready_.store(true);  // nothing to wait for: the views fill from nothing
+    return;
+  }
+  nc_ = *std::move(nc);
+  thread_ = std::thread([this] { Run(); });
+}
+
+NatsEventSource::~NatsEventSource() {
+  {
+    std::lock_guard<std::mutex> lock(run_mu_);
+    stop_ = true;
+  }
+  run_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  DestroySubscription();
+  nc_.reset();
+}
+
+void NatsEventSource::Run() {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(run_mu_);
+  while (!stop_) {
+    lock.unlock();
+    if (resubscribe_.exchange(false) && sub_ != nullptr) {
+      DestroySubscription();  // made again from the next stream sequence
+    }
+    if (sub_ == nullptr) Subscribe();
+    if (!ready_.load() && std::chrono::steady_clock::now() - start >
+                              std::chrono::milliseconds(options_.ready_timeout_ms)) {
+      spdlog::warn("kv events: JetStream replay not done after {} ms; reporting ready",
+                   options_.ready_timeout_ms);
+      ready_.store(true);
+    }
+    lock.lock();
+    run_cv_.wait_for(lock, std::chrono::milliseconds(options_.retry_interval_ms),
+                     [this] { return stop_ || resubscribe_.load(); });
+  }
+}
+
+bool NatsEventSource::Subscribe() {
+  if (!nc_->connected()) return false;
+  if (absl::Status s = nc_->EnsureStream(options_.limits); !s.ok()) {
+    spdlog::warn("kv events: {}", s.ToString());
+    return false;
+  }
+  absl::StatusOr<uint64_t> last = nc_->StreamLastSeq();
+  if (!last.ok()) {
+    spdlog::warn("kv events: {}", last.status().ToString());
+    return false;
+  }
+  uint64_t start_seq = 1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    start_seq = last_stream_seq_ + 1;
+    if (!ready_at_seq_) ready_at_seq_ = *last;
+    if (*ready_at_seq_ <= last_stream_seq_) ready_.store(true);
+  }
+  const std::string stream(kNatsStreamName), subjects(kNatsStreamSubjects);
+  jsSubOptions so;
+  jsSubOptions_Init(&so);
+  so.Stream = stream.c_str();
+  so.Ordered = true;
+  if (start_seq > 1) {
+    so.Config.DeliverPolicy = js_DeliverByStartSequence;
+    so.Config.OptStartSeq = start_seq;
+  } else {
+    so.Config.DeliverPolicy = js_DeliverAll;
+  }
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  natsSubscription* sub = nullptr;
+  natsStatus s = js_Subscribe(&sub, nc_->js(), subjects.c_str(), &NatsEventSource::OnMessage, this,
+                              nullptr, &so, &jerr);
+  if (s != NATS_OK) {
+    spdlog::warn("kv events: {}", NatsError("subscribe " + subjects, s, jerr).ToString());
+    return false;
+  }
+  sub_ = sub;
+  spdlog::info("kv events: following JetStream {} from stream seq {} (ready at {})", stream,
+               start_seq, *last);
+  return true;
+}
+
+void NatsEventSource::DestroySubscription() {
+  if (sub_ == nullptr) return;
+  // A drained subscription has delivered its last callback; when the connection is
+  // down the drain cannot run: unsubscribe (late callbacks are dropped as duplicates).
+  if (natsSubscription_Drain(sub_) == NATS_OK) {
+    natsSubscription_WaitForDrainCompletion(sub_, nc_->request_timeout_ms());
+  } else {
+    natsSubscription_Unsubscribe(sub_);
+  }
+  natsSubscription_Destroy(sub_);
+  sub_ = nullptr;
+}
+
+void NatsEventSource::OnMessage(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
+  static_cast<NatsEventSource*>(closure)->HandleMessage(msg);
+  natsMsg_Destroy(msg);
+}
+
+void NatsEventSource::HandleMessage(natsMsg* msg) {
+  jsMsgMetaData* meta = nullptr;
+  if (natsMsg_GetMetaData(&meta, msg) != NATS_OK) return;  // not a stream message
+  const uint64_t stream_seq = meta->Sequence.Stream;
+  const uint64_t pending = meta->NumPending;
+  jsMsgMetaData_Destroy(meta);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stream_seq <= last_stream_seq_) {
+    counters_.dropped.fetch_add(1, std::memory_order_relaxed);  // delivered again
+    return;
+  }
+  last_stream_seq_ = stream_seq;
+  counters_.messages.fetch_add(1, std::memory_order_relaxed);
+  const std::optional<uint64_t> seq = EngineSeqHeader(msg);
+  const std::optional<core::TargetKey> key = ParseKvEventSubject(natsMsg_GetSubject(msg));
+  if (seq && key) {
+    const std::string subject = KvEventSubject(*key);
+    const auto* data = reinterpret_cast<const uint8_t*>(natsMsg_GetData(msg));
+    const std::span<const uint8_t> payload(data, static_cast<size_t>(natsMsg_GetDataLength(msg)));
+    auto it = targets_.find(subject);
+    if (it != targets_.end()) {
+      Handle(*it->second, *seq, payload);
+    } else {
+      Hold(subject, *seq, payload);
+    }
+  } else {
+    counters_.decode_errors.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (!ready_.load() && (pending == 0 || (ready_at_seq_ && stream_seq >= *ready_at_seq_))) {
+    spdlog::info("kv events: JetStream replayed up to stream seq {}", stream_seq);
+    ready_.store(true);
+  }
+}
+
+void NatsEventSource::Handle(Target& t, uint64_t seq, std::span<const uint8_t> payload) {
+  switch (t.seq.Classify(seq)) {
+    case SequenceTracker::Class::kNext:
+      break;
+    case SequenceTracker::Class::kDuplicate:
+      counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+      return;
+    case SequenceTracker::Class::kRestart:
+      spdlog::info("kv events: {} sequence restarted at 0 after {}: resync", t.spec.key.ToString(),
+                   *t.seq.last());
+      counters_.restarts.fetch_add(1, std::memory_order_relaxed);
+      applier_.Clear(t, t.ref());
+      t.seq.Reset();
+      break;
+    case SequenceTracker::Class::kFirst:
+      t.complete = false;  // the stream no longer holds the target's start
+      break;
+    case SequenceTracker::Class::kGap:
+      spdlog::info("kv events: {} gap in the stream ({} after {}): resync", t.spec.key.ToString(),
+                   seq, *t.seq.last());
+      counters_.gaps.fetch_add(1, std::memory_order_relaxed);
+      applier_.Clear(t, t.ref());
+      break;
+  }
+  if (!applier_.Apply(t, t.ref(), seq, payload)) applier_.Clear(t, t.ref());
+}
+
+void NatsEventSource::Hold(const std::string& subject, uint64_t seq,
+                           std::span<const uint8_t> payload) {
+  std::deque<Held>& held = pending_[subject];
+  if (seq == 0) {  // a restarted engine: what came before is cleared anyway
+    for (const Held& h : held) pending_bytes_ -= h.payload.size();
+    held.clear();
+  }
+  if (pending_bytes_ + payload.size() > options_.max_pending_bytes) {
+    counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+    return;  // the target's first batch held later is then not its stream start
+  }
+  held.push_back({seq, std::string(reinterpret_cast<const char*>(payload.data()), payload.size())});
+  pending_bytes_ += payload.size();
+}
+
+core::TargetId NatsEventSource::AddTarget(const IngestTarget& target) {
+  IngestTarget spec = target;
+  if (spec.block_size == 0) spec.block_size = 16;
+  const std::string subject = KvEventSubject(spec.key);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = targets_.find(subject);
+  if (it != targets_.end()) {
+    if (it->second->spec == spec) return it->second->id;
+    std::unique_lock<WriterPriorityMutex> index_lock(index_mu_);
+    it->second->alive = false;
+    index_.RemoveTarget(it->second->id);
+    targets_.erase(it);
+  }
+  auto t = std::make_unique<Target>();
+  t->spec = spec;
+  {
+    std::unique_lock<WriterPriorityMutex> index_lock(index_mu_);
+    t->id = index_.AddTarget(spec.key, spec.block_size);
+  }
+  Target& added = *t;
+  targets_[subject] = std::move(t);
+  auto held = pending_.find(subject);
+  if (held != pending_.end()) {
+    for (const Held& h : held->second) {
+      Handle(added, h.seq,
+             std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(h.payload.data()),
+                                      h.payload.size()));
+      pending_bytes_ -= h.payload.size();
+    }
+    pending_.erase(held);
+  }
+  return added.id;
+}
+
+void NatsEventSource::RemoveTarget(const core::TargetKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = targets_.find(KvEventSubject(key));
+  if (it == targets_.end()) return;
+  {
+    std::unique_lock<WriterPriorityMutex> index_lock(index_mu_);
+    it->second->alive = false;
+    index_.RemoveTarget(it->second->id);
+  }
+  targets_.erase(it);
+}
+
+std::optional<core::TargetId> NatsEventSource::FindTarget(const core::TargetKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = targets_.find(KvEventSubject(key));
+  if (it == targets_.end()) return std::nullopt;
+  return it->second->id;
+}
+
+}  // namespace infera::events

@@ -1,0 +1,280 @@
+#include "events/nats_relay.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <deque>
+#include <optional>
+#include <random>
+#include <zmq.hpp>
+
+#include "events/nats_subject.h"
+#include "events/zmq_frames.h"
+
+namespace infera::events {
+namespace {
+
+struct Batch {
+  uint64_t seq;
+  uint64_t epoch;
+  std::string payload;
+};
+
+uint64_t InstanceId() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+}  // namespace
+
+struct NatsRelay::Target {
+  RelayTarget spec;
+  std::string subject;
+  MonitoredSub zmq;
+  bool disconnected = false;           // the SUB lost its engine since the last message
+  std::optional<uint64_t> last_seen;   // the last engine seq queued
+  std::optional<uint64_t> last_acked;  // the last one JetStream acknowledged
+  bool checked = false;                // the stream's position was read since start
+  bool replayed_nothing = false;       // the start check found nothing newer than L
+  bool first_live = true;              // no live message since the start check
+  uint64_t epoch = 0;                  // bumped at each engine restart (Nats-Msg-Id)
+  std::deque<Batch> queue;             // not yet acknowledged, in engine order
+};
+
+NatsRelay::NatsRelay(std::vector<RelayTarget> targets, NatsRelayOptions options)
+    : specs_(std::move(targets)), options_(std::move(options)) {}
+
+NatsRelay::~NatsRelay() { Stop(); }
+
+absl::Status NatsRelay::Start() {
+  NatsOptions nats = options_.nats;
+  nats.on_reconnect = [this] { reconnected_.store(true); };
+  absl::StatusOr<std::unique_ptr<NatsConnection>> nc = NatsConnection::Connect(std::move(nats));
+  if (!nc.ok()) return nc.status();
+  nc_ = *std::move(nc);
+  thread_ = std::thread([this] { Run(); });
+  return absl::OkStatus();
+}
+
+void NatsRelay::Stop() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+  nc_.reset();
+}
+
+void NatsRelay::Run() {
+  zmq::context_t ctx(1);
+  const uint64_t instance = InstanceId();
+  std::vector<std::unique_ptr<Target>> targets;
+  for (const RelayTarget& spec : specs_) {
+    auto t = std::make_unique<Target>();
+    t->spec = spec;
+    t->subject = KvEventSubject(spec.key);
+    t->zmq = OpenMonitoredSub(ctx, spec.events_endpoint,
+                              {.topic = spec.topic, .reconnect_ivl_max_ms = 2000});
+    targets.push_back(std::move(t));
+  }
+
+  // Everything the engine's replay socket still has from `from` on, in order.
+  auto replay = [&](Target& t, uint64_t from, std::vector<Batch>& out) {
+    if (t.spec.replay_endpoint.empty()) return false;
+    zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 0);
+    dealer.connect(t.spec.replay_endpoint);
+    const std::string start = BE64(from);
+    if (!dealer.send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
+        !dealer.send(zmq::buffer(start), zmq::send_flags::dontwait)) {
+      return false;
+    }
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.replay_timeout_ms);
+    while (!stop_.load()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, left);
+      while (true) {
+        std::vector<zmq::message_t> frames = RecvMultipart(dealer);
+        if (frames.empty()) break;
+        if (frames.size() != 3 || frames[0].size() != 0 || frames[1].size() != 8) return false;
+        const uint64_t seq = ReadBE64(frames[1]);
+        if (seq == kReplayEndMarker) {
+          counters_.replayed.fetch_add(out.size(), std::memory_order_relaxed);
+          return true;
+        }
+        if (seq >= from) out.push_back({seq, t.epoch, frames[2].to_string()});
+      }
+    }
+    counters_.replay_failures.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("kv relay: {} replay from {} at {} failed", t.spec.key.ToString(), from,
+                 t.spec.replay_endpoint);
+    return false;
+  };
+
+  auto enqueue = [&](Target& t, Batch b) {
+    if (t.queue.size() >= options_.max_queued) {
+      t.queue.pop_front();
+      counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+    }
+    t.last_seen = b.seq;
+    t.queue.push_back(std::move(b));
+  };
+
+  // After start or a reconnect: what JetStream holds for the subject; resend from the
+  // engine's buffer what it misses. False: ask again later.
+  auto check = [&](Target& t) {
+    absl::StatusOr<std::optional<uint64_t>> last = nc_->LastEngineSeq(t.subject);
+    if (!last.ok()) {
+      spdlog::debug("kv relay: {}", last.status().ToString());
+      return false;
+    }
+    const std::optional<uint64_t> l = *last;
+    const bool missing = !t.checked || (t.last_acked && (!l || *t.last_acked > *l));
+    if (missing) {
+      const uint64_t from = l ? *l + 1 : 0;
+      std::vector<Batch> got;
+      if (replay(t, from, got)) {
+        std::deque<Batch> rest;
+        const uint64_t upto = got.empty() ? 0 : got.back().seq;
+        for (Batch& b : t.queue) {
+          if (got.empty() || b.seq > upto || b.epoch != t.epoch) rest.push_back(std::move(b));
+        }
+        t.queue.clear();
+        for (Batch& b : got) enqueue(t, std::move(b));
+        for (Batch& b : rest) t.queue.push_back(std::move(b));
+        if (!got.empty() && (!t.last_seen || *t.last_seen < upto)) t.last_seen = upto;
+        if (!t.checked) {
+          t.replayed_nothing = got.empty();
+          if (got.empty() && l && !t.last_seen) t.last_seen = l;
+        }
+        spdlog::info("kv relay: {} JetStream holds up to seq {}; resent {} from the replay socket",
+                     t.spec.key.ToString(), l ? std::to_string(*l) : "none", got.size());
+      } else if (!t.checked && l && !t.last_seen) {
+        t.last_seen = l;
+      }
+    }
+    if (!t.checked) t.first_live = true;
+    t.checked = true;
+    return true;
+  };
+
+  auto on_live = [&](Target& t, uint64_t seq, std::string payload) {
+    counters_.received.fetch_add(1, std::memory_order_relaxed);
+    const bool first = t.first_live;
+    t.first_live = false;
+    // A new engine epoch whose buffer is resent from 0: the router drops what it
+    // already has, or sees seq 0 and rebuilds.
+    auto resend_from_zero = [&](const char* why) {
+      spdlog::info("kv relay: {} {} (seq {} after {}): resending from 0", t.spec.key.ToString(),
+                   why, seq, *t.last_seen);
+      counters_.restarts.fetch_add(1, std::memory_order_relaxed);
+      ++t.epoch;
+      t.last_seen.reset();
+      std::vector<Batch> got;
+      replay(t, 0, got);
+      for (Batch& b : got) enqueue(t, std::move(b));
+    };
+    const bool reconnected = t.disconnected;
+    t.disconnected = false;
+    if (reconnected && t.last_seen && seq != *t.last_seen + 1) {
+      // The stream does not go on where it stopped: the engine restarted (its first
+      // batches went by before the SUB reconnected) or batches were lost.
+      resend_from_zero("reconnected to a stream that does not continue");
+    } else if (first && t.replayed_nothing && t.last_seen && seq != 0 && seq <= *t.last_seen) {
+      // JetStream is ahead of this engine: it restarted while the relay was away.
+      resend_from_zero("engine restarted while the relay was away");
+    } else if (seq == 0 && t.last_seen) {
+      counters_.restarts.fetch_add(1, std::memory_order_relaxed);
+      ++t.epoch;
+      t.last_seen.reset();
+    }
+    if (t.last_seen && seq <= *t.last_seen) {
+      counters_.dropped.fetch_add(1, std::memory_order_relaxed);  // the replay had it
+      return;
+    }
+    if (t.last_seen && seq > *t.last_seen + 1) {
+      counters_.gaps.fetch_add(1, std::memory_order_relaxed);
+      std::vector<Batch> got;
+      replay(t, *t.last_seen + 1, got);
+      for (Batch& b : got) {
+        if (b.seq > *t.last_seen && b.seq < seq) enqueue(t, std::move(b));
+      }
+    }
+    enqueue(t, {seq, t.epoch, std::move(payload)});
+  };
+
+  // Publishes queued batches in order while NATS takes them. False: stop for now.
+  auto flush = [&](Target& t) {
+    while (!t.queue.empty() && !stop_.load()) {
+      if (!nc_->connected()) return false;
+      const Batch& b = t.queue.front();
+      natsMsg* msg = nullptr;
+      natsStatus s = natsMsg_Create(&msg, t.subject.c_str(), nullptr, b.payload.data(),
+                                    static_cast<int>(b.payload.size()));
+      const std::string seq = std::to_string(b.seq);
+      const std::string header(kNatsSeqHeader);
+      if (s == NATS_OK) s = natsMsgHeader_Set(msg, header.c_str(), seq.c_str());
+      const std::string id = std::to_string(instance) + "." + std::to_string(b.epoch) + "." +
+                             std::to_string(t.spec.key.dp_rank) + "." + seq;
+      jsPubOptions po;
+      jsPubOptions_Init(&po);
+      po.MsgId = id.c_str();
+      po.MaxWait = nc_->request_timeout_ms();
+      jsPubAck* ack = nullptr;
+      jsErrCode jerr = static_cast<jsErrCode>(0);
+      if (s == NATS_OK) s = js_PublishMsg(&ack, nc_->js(), msg, &po, &jerr);
+      natsMsg_Destroy(msg);
+      if (ack != nullptr) jsPubAck_Destroy(ack);
+      if (s != NATS_OK) {
+        counters_.publish_failures.fetch_add(1, std::memory_order_relaxed);
+        spdlog::debug("kv relay: {}", NatsError("publish " + t.subject, s, jerr).ToString());
+        if (jerr == JSStreamNotFoundErr) reconnected_.store(true);  // make it again
+        return false;
+      }
+      counters_.published.fetch_add(1, std::memory_order_relaxed);
+      t.last_acked = b.seq;
+      t.queue.pop_front();
+    }
+    return true;
+  };
+
+  std::vector<zmq::pollitem_t> items;
+  while (!stop_.load()) {
+    if (reconnected_.load() && nc_->connected()) {
+      bool all = nc_->EnsureStream(options_.limits).ok();
+      for (auto& t : targets) all = all && check(*t);
+      if (all) reconnected_.store(false);
+    }
+    items.clear();
+    for (auto& t : targets) {
+      // The monitor first: a disconnect must be known before the messages after it.
+      items.push_back({t->zmq.monitor->handle(), 0, ZMQ_POLLIN, 0});
+      items.push_back({t->zmq.sub->handle(), 0, ZMQ_POLLIN, 0});
+    }
+    zmq::poll(items, std::chrono::milliseconds(options_.poll_interval_ms));
+    for (size_t i = 0; i < targets.size(); ++i) {
+      Target& t = *targets[i];
+      if ((items[2 * i].revents & ZMQ_POLLIN) && ReadDisconnected(*t.zmq.monitor)) {
+        t.disconnected = true;
+      }
+      if (!(items[2 * i + 1].revents & ZMQ_POLLIN)) continue;
+      for (int n = 0; n < 256; ++n) {
+        std::vector<zmq::message_t> frames = RecvMultipart(*t.zmq.sub);
+        if (frames.empty()) break;
+        if (frames.size() != 3 || frames[1].size() != 8) {
+          counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+          continue;
+        }
+        on_live(t, ReadBE64(frames[1]), frames[2].to_string());
+      }
+    }
+    if (!reconnected_.load()) {
+      for (auto& t : targets) {
+        if (!flush(*t)) break;
+      }
+    }
+  }
+}
+
+}  // namespace infera::events

@@ -1,0 +1,67 @@
+#include "events/stream_applier.h"
+
+#include <spdlog/spdlog.h>
+
+#include <mutex>
+#include <string>
+
+namespace infera::events {
+
+bool StreamApplier::Apply(StreamState& s, const StreamTargetRef& target, uint64_t seq,
+                          std::span<const uint8_t> payload) {
+  const bool stream_start = !s.seq.last() && seq == 0;
+  s.seq.Advance(seq);
+  absl::Status decoded = DecodeEventBatch(payload, s.scratch);
+  if (!decoded.ok()) {
+    counters_.decode_errors.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("kv events: {} seq {}: {}", target.spec.key.ToString(), seq,
+                 std::string(decoded.message()));
+    return false;
+  }
+  const bool was_complete = s.complete || stream_start;
+  ApplyStats stats;
+  bool inconsistent = false;
+  {
+    std::unique_lock<WriterPriorityMutex> lock(mu_);
+    if (!target.alive) return true;
+    stats = ApplyEventBatch(index_, target.id, s.scratch, s.apply_state);
+    // A parent the view must know (it saw the whole stream) but does not: events were
+    // lost somewhere. Not when block sizes differ: then parents are never mapped.
+    inconsistent = stats.unknown_parents > 0 && was_complete && !s.block_size_mismatch &&
+                   stats.block_size_mismatches == 0;
+    if (inconsistent) index_.ApplyCleared(target.id);
+  }
+  counters_.batches.fetch_add(1, std::memory_order_relaxed);
+  counters_.events.fetch_add(stats.events, std::memory_order_relaxed);
+  counters_.skipped_events.fetch_add(stats.skipped_events, std::memory_order_relaxed);
+  counters_.blocks_stored.fetch_add(stats.blocks_stored, std::memory_order_relaxed);
+  counters_.blocks_removed.fetch_add(stats.blocks_removed, std::memory_order_relaxed);
+  counters_.cleared.fetch_add(stats.cleared, std::memory_order_relaxed);
+  counters_.unknown_parents.fetch_add(stats.unknown_parents, std::memory_order_relaxed);
+  counters_.block_size_mismatches.fetch_add(stats.block_size_mismatches, std::memory_order_relaxed);
+  if (stats.block_size_mismatches > 0 && !s.block_size_mismatch) {
+    s.block_size_mismatch = true;
+    spdlog::warn(
+        "kv events: {} sends block_size {} but is registered with {}; its blocks will not "
+        "match the router's hashes",
+        target.spec.key.ToString(), stats.mismatched_block_size, target.spec.block_size);
+  }
+  if (inconsistent) {
+    counters_.resyncs.fetch_add(1, std::memory_order_relaxed);
+    s.complete = false;
+  } else if (stream_start || stats.cleared > 0) {
+    s.complete = true;
+  }
+  return true;
+}
+
+void StreamApplier::Clear(StreamState& s, const StreamTargetRef& target) {
+  {
+    std::unique_lock<WriterPriorityMutex> lock(mu_);
+    if (target.alive) index_.ApplyCleared(target.id);
+  }
+  counters_.resyncs.fetch_add(1, std::memory_order_relaxed);
+  s.complete = false;
+}
+
+}  // namespace infera::events

@@ -1,0 +1,64 @@
+// StreamApplier: applies one target's ordered KV-event batches to the router's index,
+// shared by every KvEventSource (ZMQ ingestor, NATS source), so both decode, apply,
+// count and judge completeness the same way (doc/kv-events.md "Sequence tracking").
+//
+// A StreamState is what one followed stream keeps between batches. Apply():
+//   - advances the sequence tracker to `seq`,
+//   - decodes the payload outside the lock (a bad payload is counted, logged and never
+//     partly applied: the caller resyncs),
+//   - applies it under the index's exclusive lock unless the target is gone (`alive`,
+//     guarded by the same lock, is false),
+//   - clears the view when a BlockStored names a parent a complete view must know,
+//   - keeps `complete`: true after the stream's seq 0 or an AllBlocksCleared.
+// Clear() empties the view (a resync) and marks it incomplete.
+//
+// Thread-safety: a StreamState belongs to one thread at a time; the index is guarded by
+// `mu` as SharedKvIndex documents.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/kv_index.h"
+#include "core/types.h"
+#include "events/event_applier.h"
+#include "events/event_decoder.h"
+#include "events/kv_event_source.h"
+#include "events/sequence_tracker.h"
+#include "events/writer_priority_mutex.h"
+
+namespace infera::events {
+
+struct StreamState {
+  SequenceTracker seq;
+  TargetApplyState apply_state;
+  DecodedBatch scratch;
+  bool complete = false;
+  bool block_size_mismatch = false;
+};
+
+// One target's place in the index.
+struct StreamTargetRef {
+  const IngestTarget& spec;
+  core::TargetId id;
+  const bool& alive;  // guarded by mu
+};
+
+class StreamApplier {
+ public:
+  // REQUIRES: every reference outlives the applier.
+  StreamApplier(WriterPriorityMutex& mu, core::KvIndex& index, KvEventCounters& counters)
+      : mu_(mu), index_(index), counters_(counters) {}
+
+  // Returns false when the payload does not decode (the caller resyncs).
+  bool Apply(StreamState& s, const StreamTargetRef& target, uint64_t seq,
+             std::span<const uint8_t> payload);
+  void Clear(StreamState& s, const StreamTargetRef& target);
+
+ private:
+  WriterPriorityMutex& mu_;
+  core::KvIndex& index_;
+  KvEventCounters& counters_;
+};
+
+}  // namespace infera::events

@@ -1,0 +1,64 @@
+// The frame helpers of vLLM's KV-event wire over ZMQ (doc/kv-events.md "Wire"):
+// live messages [topic, seq (8-byte big-endian), payload]; replay requests
+// ["", start seq]; replay answers ["", seq, payload], ended by seq -1.
+//
+// OpenMonitoredSub / ReadDisconnected: a SUB socket with a monitor that tells when the
+// connection dropped (the ingestor and the relay judge the next seq by it).
+//
+// Thread-safety: functions over the caller's sockets and messages.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+namespace infera::events {
+
+inline constexpr uint64_t kReplayEndMarker = ~uint64_t{0};  // -1 as a signed 8-byte BE int
+
+inline uint64_t ReadBE64(const zmq::message_t& m) {
+  uint64_t v = 0;
+  const auto* p = static_cast<const uint8_t*>(m.data());
+  for (size_t i = 0; i < 8; ++i) v = (v << 8) | p[i];
+  return v;
+}
+
+inline std::string BE64(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>(v >> (8 * (7 - i)));
+  return s;
+}
+
+// Receives one whole multipart message without blocking; empty when none is queued.
+inline std::vector<zmq::message_t> RecvMultipart(zmq::socket_t& s) {
+  std::vector<zmq::message_t> frames;
+  while (true) {
+    zmq::message_t m;
+    if (!s.recv(m, zmq::recv_flags::dontwait)) return frames;
+    const bool more = m.more();
+    frames.push_back(std::move(m));
+    if (!more) return frames;
+  }
+}
+
+struct MonitoredSub {
+  std::unique_ptr<zmq::socket_t> sub;
+  std::unique_ptr<zmq::socket_t> monitor;  // PAIR: connect/disconnect events of `sub`
+};
+
+struct SubOptions {
+  std::string topic;  // subscription prefix; "" = every topic
+  int receive_hwm = 100'000;
+  int reconnect_ivl_ms = 100;
+  int reconnect_ivl_max_ms = 5000;
+};
+
+// Connects a SUB to `endpoint` (ZMQ reconnects by itself). Throws zmq::error_t.
+MonitoredSub OpenMonitoredSub(zmq::context_t& ctx, const std::string& endpoint,
+                              const SubOptions& options);
+// Reads the monitor's queued events; true when one of them is a disconnect.
+bool ReadDisconnected(zmq::socket_t& monitor);
+
+}  // namespace infera::events
