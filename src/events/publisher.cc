@@ -70,6 +70,9 @@ absl::Status EventPublisher::Start() {
     if (!options_.replay_endpoint.empty()) {
       replay_ = zmq::socket_t(ctx_, zmq::socket_type::router);
       replay_.set(zmq::sockopt::linger, 0);
+      // A ROUTER drops what exceeds its send HWM (default 1,000): a replay of more
+      // batches would lose its tail and end marker (doc/perf-warm-restart.md).
+      replay_.set(zmq::sockopt::sndhwm, options_.send_hwm);
       replay_.bind(WildcardPort(options_.replay_endpoint));
       replay_bound_ = replay_.get(zmq::sockopt::last_endpoint);
     }
