@@ -23,6 +23,11 @@
 //
 // Seam for decode input demand and session affinity (issue 14): `narrow_decode`, when
 // set, may shrink the decode candidates (never to empty) before the decode pick.
+// `choose_decode` (decode input demand, decode_demand.h), when set, sees the decode
+// candidates and the original decode pick (with every candidate's cost) and may name
+// another candidate by position: the pick is then made over that one candidate, so
+// the chosen target keeps the normal block/cache bookkeeping (the original pick's
+// guard is released first). Prefill and mixed picks never consult it.
 //
 // Both picks use the same RoutingInput, so the prompt is rendered and tokenized once.
 //
@@ -85,6 +90,10 @@ uint64_t AlignBootstrapRoom(uint64_t random, uint32_t rank, uint32_t dp_size);
 class PdPlanner {
  public:
   using NarrowFn = std::function<void(const RoutingInput&, std::vector<TargetId>&)>;
+  // Position in `decode` of the target to use instead of `original.picked`; nullopt
+  // (or original's position) keeps the original pick.
+  using ChooseFn = std::function<std::optional<size_t>(
+      const RoutingInput&, std::span<const TargetId> decode, const PickResult& original)>;
 
   // `selector` and `index` must outlive the planner.
   PdPlanner(Selector& selector, const KvIndex& index, PdConfig config = {});
@@ -92,6 +101,7 @@ class PdPlanner {
   absl::StatusOr<PdPlan> Plan(const RoutingInput& input, std::span<const PdCandidate> candidates);
 
   void set_narrow_decode(NarrowFn fn) { narrow_decode_ = std::move(fn); }
+  void set_choose_decode(ChooseFn fn) { choose_decode_ = std::move(fn); }
   const PdConfig& config() const { return config_; }
 
  private:
@@ -102,6 +112,7 @@ class PdPlanner {
   const KvIndex& index_;
   PdConfig config_;
   NarrowFn narrow_decode_;
+  ChooseFn choose_decode_;
   // Scratch.
   std::vector<TargetId> prefill_, decode_, mixed_;
   std::vector<BlockHash> chain_;
