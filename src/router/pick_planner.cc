@@ -8,12 +8,30 @@
 namespace infera::router {
 
 PickPlanner::PickPlanner(const core::PolicyConfig& policy, const events::SharedKvIndex& index,
-                         const core::Clock& clock, RouterMetrics& metrics, core::PdConfig pd)
+                         const core::Clock& clock, RouterMetrics& metrics, core::PdConfig pd,
+                         DemandOptions demand)
     : index_(index),
       clock_(clock),
       metrics_(metrics),
       selector_(policy, index.index()),
-      pd_planner_(selector_, index.index(), pd) {}
+      pd_planner_(selector_, index.index(), pd),
+      demand_mode_(demand.mode),
+      demand_(demand, metrics) {
+  if (demand_mode_ == core::DemandMode::kOff) return;
+  // Decode input demand: every decode pick of PlanPd (called under mu_ from Plan).
+  pd_planner_.set_choose_decode([this](const core::RoutingInput&,
+                                       std::span<const core::TargetId> decode,
+                                       const core::PickResult& original) {
+    mu_.AssertHeld();
+    return demand_.Choose(decode, original, [this](core::TargetId t) {
+      mu_.AssertHeld();
+      for (size_t i = 0; i < pd_candidates_.size(); ++i) {
+        if (pd_candidates_[i].target == t) return owners_[i];
+      }
+      return static_cast<const FleetWorker*>(nullptr);
+    });
+  });
+}
 
 bool PickPlanner::Admits(const FleetWorker& wk, const RequestContext& ctx, PlanHistory& history,
                          int64_t now_ns, bool mixed_only) {
@@ -122,6 +140,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     if (ctx.tokens) input.tokens = std::span<const core::TokenId>(*ctx.tokens);
     input.estimated_tokens = ctx.api.estimated_tokens;
     input.image_keys = ctx.api.image_keys;
+    if (demand_mode_ != core::DemandMode::kOff) demand_.Begin(ctx);
     auto planned = index_.WithIndex(
         [&](const core::KvIndex&) { return pd_planner_.Plan(input, pd_candidates_); });
     if (!planned.ok()) {
@@ -149,14 +168,18 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     main_owner->health.Allow(pick_start_ns);
     if (log) spdlog::info("{}", core::FormatPickLog(pd.main));
     plan.guards.AddActive(std::move(pd.main.guard));
+    // The decode leg's demand stays on the decode guards (whatever
+    // --pd-prefill-guard-release says): released with them, exactly once.
+    if (demand_mode_ != core::DemandMode::kOff && pd.main.role == core::Role::kDecode) {
+      plan.guards.AddDemand(demand_.Book(pd.main, *main_owner));
+    }
   }
   // The owners are alive: `fleet` holds them.
   auto add_leg = [&](const FleetWorker* owner, const core::PickResult& pick) {
     for (const auto& wk : fleet) {
       if (wk.get() == owner) {
         // No prediction for PD legs yet (the prefill leg could feed the tracker too).
-        plan.legs.push_back(
-            {pick.role, wk, pick.picked, wk->DpRankOf(pick.picked), std::nullopt});
+        plan.legs.push_back({pick.role, wk, pick.picked, wk->DpRankOf(pick.picked), std::nullopt});
         break;
       }
     }
@@ -192,6 +215,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
 void PickPlanner::Retire(const FleetWorker& worker, events::KvEventSource& events) {
   absl::MutexLock lock(&mu_);
   worker.retired.store(true, std::memory_order_relaxed);
+  demand_.Forget(worker);
   for (size_t r = 0; r < worker.targets.size(); ++r) {
     selector_.RemoveTarget(worker.targets[r]);
     events.RemoveTarget(worker.KeyOf(r));
@@ -254,6 +278,22 @@ std::vector<size_t> PickPlanner::ActiveBlocks(const FleetWorker& worker) const {
   out.reserve(worker.targets.size());
   for (core::TargetId t : worker.targets) out.push_back(selector_.load().ActiveBlocks(t));
   return out;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> PickPlanner::Demand(const FleetWorker& worker) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  out.reserve(worker.targets.size());
+  for (size_t r = 0; r < worker.targets.size(); ++r) {
+    const std::string key = worker.KeyOf(r).ToString();
+    out.emplace_back(demand_.Tokens(key), demand_.Requests(key));
+  }
+  return out;
+}
+
+uint64_t PickPlanner::PendingDemandReservations() const {
+  absl::MutexLock lock(&mu_);
+  return demand_.LiveReservations();
 }
 
 }  // namespace infera::router

@@ -53,7 +53,7 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
   metrics_ = std::make_unique<RouterMetrics>(options_.policy.policy);
   planner_ = std::make_unique<PickPlanner>(
       options_.policy, index_, *clock_, *metrics_,
-      core::PdConfig{.min_uncached_tokens = options_.pd.min_uncached_tokens});
+      core::PdConfig{.min_uncached_tokens = options_.pd.min_uncached_tokens}, options_.demand);
   workers_ = std::make_unique<WorkerSet>(
       WorkerSetOptions{.kv_events = options_.kv_events,
                        .kv_events_topic = options_.kv_events_topic,
@@ -113,6 +113,7 @@ void Router::RemoveWorker(const std::string& worker_id) { workers_->Remove(worke
 discovery::DiscoveryCallbacks Router::Callbacks() { return workers_->Callbacks(); }
 
 size_t Router::PendingGuards() const { return planner_->PendingGuards(); }
+uint64_t Router::PendingDemandReservations() const { return planner_->PendingDemandReservations(); }
 
 std::optional<core::TargetId> Router::FindTarget(const core::TargetKey& key) const {
   for (const auto& w : *workers_->Snapshot()) {
