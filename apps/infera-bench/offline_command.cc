@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -101,6 +102,89 @@ nlohmann::json PdSummary(const sim::OfflineResult& r, const OfflineFlags& f) {
         {"decode_instant_spread", MeanInstantSpread(r, p, d)},
         {"prefill_instant_spread", MeanInstantSpread(r, 0, p)},
         {"prefill_load_spread", CoefficientOfVariation(prefill_load)}}}};
+}
+
+// One --decode-input-demand variant: mode and request-count weight.
+struct DemandVariant {
+  core::DemandMode mode = core::DemandMode::kOff;
+  double weight = 0;
+  std::string label;  // "" for off, else " demand=on" / " demand=on:W"
+};
+
+absl::StatusOr<std::vector<DemandVariant>> ParseDemandVariants(const std::string& list) {
+  std::vector<DemandVariant> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string item = list.substr(start, comma - start);
+    start = comma + 1;
+    const size_t colon = item.find(':');
+    auto mode = core::ParseDemandMode(item.substr(0, colon));
+    if (!mode.ok()) return mode.status();
+    DemandVariant v;
+    v.mode = *mode;
+    if (colon != std::string::npos) {
+      char* end = nullptr;
+      const std::string w = item.substr(colon + 1);
+      v.weight = std::strtod(w.c_str(), &end);
+      if (w.empty() || *end != '\0' || !std::isfinite(v.weight) || v.weight < 0 ||
+          v.mode == core::DemandMode::kOff) {
+        return absl::InvalidArgumentError("--decode-input-demand: '" + item +
+                                          "' (want off, shadow[:W] or on[:W], W >= 0)");
+      }
+    }
+    if (v.mode != core::DemandMode::kOff) v.label = " demand=" + item;
+    out.push_back(v);
+  }
+  return out;
+}
+
+// Decode input demand's measures of one PD run, over the load samples where some decode
+// engine holds a booked request: the in-flight input-token spread across decode engines
+// (time-mean of the per-sample CV; token-weighted: sum of per-sample standard deviations
+// over sum of means; time-mean of max/mean); the decode step time of every decode step
+// (the timing model's) mean and p99; and the busiest-rank step: per sample, the timing
+// model's decode step at the highest KV occupancy among the decode engines (what a DP-
+// attention step waits for), mean and p99.
+nlohmann::json DemandSummary(const sim::OfflineResult& r, const DemandVariant& v, size_t prefill,
+                             const sim::TimingModel& timing) {
+  double cv_sum = 0, max_over_mean_sum = 0, std_sum = 0, mean_sum = 0;
+  size_t busy = 0;
+  std::vector<double> now, busiest_ms;
+  for (size_t k = 0; k < r.decode_input_samples.size(); ++k) {
+    const std::vector<uint64_t>& sample = r.decode_input_samples[k];
+    now.assign(sample.begin(), sample.end());
+    double total = 0, top = 0;
+    for (double x : now) total += x, top = std::max(top, x);
+    if (total == 0) continue;
+    const double mean = total / static_cast<double>(now.size());
+    const double cv = CoefficientOfVariation(now);
+    cv_sum += cv;
+    std_sum += cv * mean;
+    mean_sum += mean;
+    max_over_mean_sum += top / mean;
+    ++busy;
+    double occupancy = 0;
+    for (size_t e = prefill; e < r.kv_samples[k].size(); ++e) {
+      occupancy = std::max(occupancy, static_cast<double>(r.kv_samples[k][e]));
+    }
+    busiest_ms.push_back(timing.DecodeMs(occupancy) / timing.speedup);
+  }
+  const Latency busiest = Summarize(busiest_ms);
+  std::vector<double> step_ms;
+  step_ms.reserve(r.decode_step_ns.size());
+  for (int64_t ns : r.decode_step_ns) step_ms.push_back(ns / 1e6);
+  const Latency step = Summarize(step_ms);
+  const double b = static_cast<double>(std::max<size_t>(busy, 1));
+  return {{"mode", core::DemandModeName(v.mode)},
+          {"request_weight", v.weight},
+          {"decode_input_spread", cv_sum / b},
+          {"decode_input_spread_token_weighted", mean_sum > 0 ? std_sum / mean_sum : 0},
+          {"busiest_rank_step_ms", {{"mean", busiest.mean}, {"p99", busiest.p99}}},
+          {"decode_input_max_over_mean", max_over_mean_sum / b},
+          {"decode_step_ms", {{"mean", step.mean}, {"p50", step.p50}, {"p99", step.p99}}},
+          {"decisions", r.demand_decisions},
+          {"agreements", r.demand_agreements}};
 }
 
 // The workload with every arrival multiplied by `factor` (> 0).
@@ -240,6 +324,11 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
       ->check(CLI::Range(1, 4096));
   app.add_option("--decode-engines", f.decode_engines, "PD fleet: decode engines")
       ->check(CLI::Range(1, 4096));
+  app.add_option("--decode-input-demand", f.decode_input_demand,
+                 "PD: decode input-demand variants run against every policy, comma list of "
+                 "off | shadow[:W] | on[:W] (W: --decode-request-weight), e.g. "
+                 "off,shadow,on,on:1000000")
+      ->capture_default_str();
   app.add_option("--pd-min-uncached-tokens", f.pd_min_uncached_tokens,
                  "PD: keep a request on the decode engine when the best prefill engine would "
                  "compute fewer uncached tokens (0 = always disaggregate)");
@@ -251,6 +340,29 @@ int RunOffline(const OfflineFlags& flags) {
   if (!specs.ok()) {
     std::fprintf(stderr, "infera-bench: %s\n", std::string(specs.status().message()).c_str());
     return 2;
+  }
+  absl::StatusOr<std::vector<DemandVariant>> variants =
+      ParseDemandVariants(flags.decode_input_demand);
+  if (!variants.ok()) {
+    std::fprintf(stderr, "infera-bench: %s\n", std::string(variants.status().message()).c_str());
+    return 2;
+  }
+  for (const DemandVariant& v : *variants) {
+    const bool pd_fleet = flags.prefill_engines > 0 && flags.decode_engines > 0;
+    if (v.mode == core::DemandMode::kOff) continue;
+    if (!pd_fleet) {
+      std::fprintf(stderr, "infera-bench: --decode-input-demand needs a PD fleet\n");
+      return 2;
+    }
+    for (const PolicySpec& s : *specs) {
+      if (s.name != "kv-aware") {
+        std::fprintf(stderr,
+                     "infera-bench: --decode-input-demand shadow|on requires kv-aware policies "
+                     "(not %s)\n",
+                     s.name.c_str());
+        return 2;
+      }
+    }
   }
   absl::StatusOr<sim::Workload> workload = BuildWorkload(flags.workload);
   if (!workload.ok()) {
@@ -277,9 +389,10 @@ int RunOffline(const OfflineFlags& flags) {
   report.block_size = bs;
   report.requests = n;
   report.prompt_tokens = workload->TotalPromptTokens();
-  report.results.resize(specs->size());
+  const size_t runs = specs->size() * variants->size();
+  report.results.resize(runs);
 
-  ProgressBar bar("simulating", static_cast<uint64_t>(n) * (specs->size() + 1));
+  ProgressBar bar("simulating", static_cast<uint64_t>(n) * (runs + 1));
   // Task 0 computes the bounds; task k >= 1 simulates policy k-1.
   std::mutex mu;
   size_t next_task = 0;
@@ -295,8 +408,11 @@ int RunOffline(const OfflineFlags& flags) {
       report.has_floor = true;
       return;
     }
-    const PolicySpec& spec = (*specs)[task - 1];
+    const PolicySpec& spec = (*specs)[(task - 1) / variants->size()];
+    const DemandVariant& variant = (*variants)[(task - 1) % variants->size()];
     sim::OfflineConfig config;
+    config.decode_demand = variant.mode;
+    config.decode_request_weight = variant.weight;
     config.engines = flags.engines;
     config.engine = flags.engine;
     config.event_delay_ns = static_cast<int64_t>(flags.event_delay_ms * 1e6);
@@ -335,9 +451,14 @@ int RunOffline(const OfflineFlags& flags) {
                     *spec.decode_overlap_weight);
       label += weights;
     }
+    label += variant.label;
     s = SummarizeRun(label, spec.name == "kv-aware" ? spec.overlap_weight : 0,
                      Records(result, first), engines - first, 0, 0);
-    if (pd) s.extra = PdSummary(result, flags);
+    if (pd) {
+      s.extra = PdSummary(result, flags);
+      s.extra["pd"]["decode_demand"] =
+          DemandSummary(result, variant, flags.prefill_engines, flags.engine.timing);
+    }
     for (size_t k = 0; k < result.sample_times_ns.size(); ++k) {
       s.load_times_s.push_back(result.sample_times_ns[k] / 1e9);
       s.load_per_worker.emplace_back(result.load_samples[k].begin() + first,
@@ -364,7 +485,7 @@ int RunOffline(const OfflineFlags& flags) {
     }
     s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  const size_t tasks = specs->size() + 1;
+  const size_t tasks = runs + 1;
   std::vector<std::thread> threads;
   for (size_t j = 0; j < std::min(flags.jobs, tasks); ++j) {
     threads.emplace_back([&] {
@@ -404,6 +525,22 @@ int RunOffline(const OfflineFlags& flags) {
           j["transfer_ms"]["mean"].get<double>(), j["decode_load_spread"].get<double>(),
           j["decode_instant_spread"].get<double>(), j["prefill_load_spread"].get<double>(),
           j["prefill_instant_spread"].get<double>());
+    }
+    std::printf(
+        "Decode input demand (decode engines): in-flight input-token spread (time-mean CV, "
+        "token-weighted CV, max/mean), decode step ms (timing model: every step; busiest "
+        "rank per sample)\n");
+    for (const PolicySummary& s : report.results) {
+      const nlohmann::json& j = s.extra["pd"]["decode_demand"];
+      std::printf(
+          "  %-34s spread %.3f tw %.3f max/mean %.3f  step mean %6.2f p99 %6.2f  busiest mean "
+          "%6.2f p99 %6.2f ms  agrees %llu/%llu\n",
+          s.policy.c_str(), j["decode_input_spread"].get<double>(),
+          j["decode_input_spread_token_weighted"].get<double>(),
+          j["decode_input_max_over_mean"].get<double>(), j["decode_step_ms"]["mean"].get<double>(),
+          j["decode_step_ms"]["p99"].get<double>(), j["busiest_rank_step_ms"]["mean"].get<double>(),
+          j["busiest_rank_step_ms"]["p99"].get<double>(), j["agreements"].get<unsigned long long>(),
+          j["decisions"].get<unsigned long long>());
     }
   }
   return code;

@@ -38,6 +38,9 @@ struct OfflineFlags {
   size_t prefill_engines = 0;
   size_t decode_engines = 0;
   uint64_t pd_min_uncached_tokens = 0;
+  // PD: decode input-demand variants, each run against every policy: comma list of
+  // off | shadow[:W] | on[:W] (W: the request-count weight).
+  std::string decode_input_demand = "off";
   sim::KvTransferModel kv_transfer;
 };
 

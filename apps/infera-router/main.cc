@@ -3,11 +3,13 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
 #include "discovery/discovery_factory.h"
 #include "router/router.h"
+#include "spdlog/cfg/helpers.h"
 #include "spdlog/spdlog.h"
 #include "template/render_command.h"
 
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
   std::string pd_guard_release = "completion";
   std::string session_affinity = "off";
   double session_ttl_s = 3600;
+  std::string demand_mode, demand_weight;
 
   app.add_option("--host", host, "Address to listen on")->capture_default_str();
   app.add_option("--port", port, "Port to listen on (0: any free port)")->capture_default_str();
@@ -84,6 +87,14 @@ int main(int argc, char** argv) {
   app.add_option("--session-affinity-ttl-s", session_ttl_s,
                  "A session unused this long is forgotten (seconds)")
       ->capture_default_str();
+  CLI::Option* demand_flag = app.add_option(
+      "--decode-input-demand", demand_mode,
+      "PD: decode picks by in-flight input tokens: off | shadow (suggest and count) | on "
+      "(requires --router-policy kv-aware; env INFERA_DECODE_INPUT_DEMAND; default off)");
+  CLI::Option* weight_flag = app.add_option(
+      "--decode-request-weight", demand_weight,
+      "Decode input demand: cost += W x requests the target holds (requires "
+      "--decode-input-demand shadow|on; env INFERA_DECODE_REQUEST_WEIGHT; default 0)");
   app.add_option("--kv-host-hit-weight", opt.policy.host_hit_weight,
                  "Credit of a host-tier cache hit relative to a device hit")
       ->capture_default_str();
@@ -167,11 +178,16 @@ int main(int argc, char** argv) {
   app.add_option("--drain-timeout-ms", opt.server.drain_timeout_ms,
                  "On SIGTERM, wait this long for in-flight requests")
       ->capture_default_str();
-  app.add_option("--log-level", log_level, "trace | debug | info | warn | error")
+  app.add_option("--log-level", log_level,
+                 "trace | debug | info | warn | error, or per logger: info,decode_demand=debug")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  spdlog::set_level(spdlog::level::from_str(log_level));
+  if (log_level.find_first_of(",=") != std::string::npos) {
+    spdlog::cfg::helpers::load_levels(log_level);
+  } else {
+    spdlog::set_level(spdlog::level::from_str(log_level));
+  }
   auto parsed_policy = infera::core::ParsePolicy(policy);
   if (!parsed_policy.ok()) {
     spdlog::error("--router-policy: {}", parsed_policy.status().ToString());
@@ -205,6 +221,20 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(s.message()));
     return 2;
   }
+  auto flag_or_env = [](const CLI::Option* flag, const std::string& value,
+                        const char* env) -> std::optional<std::string> {
+    if (flag->count() > 0) return value;
+    if (const char* v = std::getenv(env)) return std::string(v);
+    return std::nullopt;
+  };
+  auto demand = infera::router::ParseDemandOptions(
+      flag_or_env(demand_flag, demand_mode, "INFERA_DECODE_INPUT_DEMAND"),
+      flag_or_env(weight_flag, demand_weight, "INFERA_DECODE_REQUEST_WEIGHT"), opt.policy.policy);
+  if (!demand.ok()) {
+    spdlog::error("{}", std::string(demand.status().message()));
+    return 2;
+  }
+  opt.demand = *demand;
   if (prefill_w >= 0) opt.policy.prefill_overlap_weight = prefill_w;
   if (decode_w >= 0) opt.policy.decode_overlap_weight = decode_w;
   if (absl::Status s = opt.policy.Validate(); !s.ok()) {

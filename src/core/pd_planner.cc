@@ -99,7 +99,13 @@ absl::StatusOr<PickResult> PdPlanner::PickDecode(const RoutingInput& input,
   }
   RoutingInput decode_input = input;
   decode_input.role = Role::kDecode;
-  return selector_.Pick(decode_input, decode);
+  absl::StatusOr<PickResult> pick = selector_.Pick(decode_input, decode);
+  if (!pick.ok() || !choose_decode_) return pick;
+  const std::optional<size_t> other = choose_decode_(decode_input, decode, *pick);
+  if (!other || *other >= decode.size() || decode[*other] == pick->picked) return pick;
+  pick->guard.Release();
+  const TargetId chosen = decode[*other];
+  return selector_.Pick(decode_input, std::span<const TargetId>(&chosen, 1));
 }
 
 absl::StatusOr<PdPlan> PdPlanner::Plan(const RoutingInput& input,

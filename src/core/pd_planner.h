@@ -26,6 +26,11 @@
 // `pin` (session affinity), when set, may shrink a pool's candidates (never to empty)
 // before that pool is used: prefill (also for the conditional-disaggregation check),
 // mixed, and decode (before `narrow_decode`).
+// `choose_decode` (decode input demand, decode_demand.h), when set, sees the decode
+// candidates and the original decode pick (with every candidate's cost) and may name
+// another candidate by position: the pick is then made over that one candidate, so
+// the chosen target keeps the normal block/cache bookkeeping (the original pick's
+// guard is released first). Prefill and mixed picks never consult it.
 //
 // Both picks use the same RoutingInput, so the prompt is rendered and tokenized once.
 //
@@ -89,6 +94,10 @@ class PdPlanner {
  public:
   using NarrowFn = std::function<void(const RoutingInput&, std::vector<TargetId>&)>;
   using PinFn = std::function<void(Role pool, std::vector<TargetId>&)>;
+  // Position in `decode` of the target to use instead of `original.picked`; nullopt
+  // (or original's position) keeps the original pick.
+  using ChooseFn = std::function<std::optional<size_t>(
+      const RoutingInput&, std::span<const TargetId> decode, const PickResult& original)>;
 
   // `selector` and `index` must outlive the planner.
   PdPlanner(Selector& selector, const KvIndex& index, PdConfig config = {});
@@ -97,6 +106,7 @@ class PdPlanner {
 
   void set_narrow_decode(NarrowFn fn) { narrow_decode_ = std::move(fn); }
   void set_pin(PinFn fn) { pin_ = std::move(fn); }
+  void set_choose_decode(ChooseFn fn) { choose_decode_ = std::move(fn); }
   const PdConfig& config() const { return config_; }
 
  private:
@@ -109,6 +119,7 @@ class PdPlanner {
   PdConfig config_;
   NarrowFn narrow_decode_;
   PinFn pin_;
+  ChooseFn choose_decode_;
   // Scratch.
   std::vector<TargetId> prefill_, decode_, mixed_, pinned_;
   std::vector<BlockHash> chain_;

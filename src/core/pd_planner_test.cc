@@ -315,6 +315,43 @@ TEST_F(PdPlannerTest, PinSeamAppliesToTheMixedPoolAndTheUncachedCheck) {
   EXPECT_EQ(plan->prefill->picked, p0_);
 }
 
+// The decode-demand seam: the chooser sees the original decode pick and its costs; a
+// different choice is re-picked over that one target (its blocks booked, the original's
+// released); prefill and mixed picks never consult it.
+TEST_F(PdPlannerTest, ChooseDecodeSeamRepicksTheChosenTarget) {
+  Selector& selector = Make(Weights(20, 2));
+  PdPlanner planner(selector, index_);
+  Busy(selector, d1_, 50);  // the original policy picks d0
+  int calls = 0;
+  planner.set_choose_decode([&](const RoutingInput& in, std::span<const TargetId> decode,
+                                const PickResult& original) -> std::optional<size_t> {
+    ++calls;
+    EXPECT_EQ(in.role, Role::kDecode);
+    EXPECT_EQ(original.picked, d0_);
+    EXPECT_EQ(original.costs.size(), decode.size());
+    for (size_t i = 0; i < decode.size(); ++i) {
+      if (decode[i] == d1_) return i;
+    }
+    return std::nullopt;
+  });
+  {
+    auto plan = planner.Plan(Input(), Fleet());
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(plan->main.picked, d1_);
+    EXPECT_EQ(plan->main.role, Role::kDecode);
+    EXPECT_EQ(selector.load().ActiveBlocks(d0_), 0u);  // the original pick's guard went
+    EXPECT_EQ(selector.load().ActiveBlocks(d1_), 60u);
+  }
+  EXPECT_EQ(selector.load().ActiveBlocks(d1_), 50u);
+  // Mixed plans (no complete pair) are unchanged.
+  std::vector<PdCandidate> mixed = {{m0_, Role::kMixed, ""}};
+  auto plan = planner.Plan(Input(), mixed);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->main.picked, m0_);
+  EXPECT_EQ(calls, 1);
+}
+
 TEST(AlignBootstrapRoomTest, BelowTwoToThe63AndOnTheRank) {
   for (uint64_t random : {uint64_t{0}, uint64_t{12345}, ~uint64_t{0}, (uint64_t{1} << 63) - 1,
                           (uint64_t{1} << 63) - 2, uint64_t{1} << 63}) {

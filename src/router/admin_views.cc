@@ -115,6 +115,33 @@ void AdminViews::RenderPredictions(std::string& out, const Fleet& fleet) const {
          [&](const core::PredictionStats& p) { return u(p.drifting ? 1 : 0); });
 }
 
+void AdminViews::RenderDemand(std::string& out, const Fleet& fleet) const {
+  const bool on = planner_.demand_mode() != core::DemandMode::kOff;
+  std::string tokens, requests;
+  for (const auto& w : fleet) {
+    if (!on || w->record.disagg_mode != discovery::DisaggMode::kDecode) continue;
+    const std::vector<std::pair<uint64_t, uint64_t>> demand = planner_.Demand(*w);
+    for (size_t r = 0; r < w->targets.size(); ++r) {
+      const std::string label = "{" + MetricLabel("target", w->KeyOf(r).ToString()) + "} ";
+      tokens +=
+          "infera_router_decode_demand_tokens" + label + std::to_string(demand[r].first) + "\n";
+      requests +=
+          "infera_router_decode_demand_requests" + label + std::to_string(demand[r].second) + "\n";
+    }
+  }
+  RenderHeader(out, "infera_router_decode_demand_tokens", "gauge",
+               "In-flight input tokens reserved per decode route key (decode input demand).");
+  out += tokens;
+  RenderHeader(out, "infera_router_decode_demand_requests", "gauge",
+               "Requests holding a decode input-demand reservation per decode route key.");
+  out += requests;
+  RenderHeader(out, "infera_router_decode_demand_pending_reservations", "gauge",
+               "Decode input-demand reservations not yet released, including those of "
+               "workers that left discovery.");
+  out += "infera_router_decode_demand_pending_reservations " +
+         std::to_string(planner_.PendingDemandReservations()) + "\n";
+}
+
 std::string AdminViews::MetricsText() const {
   std::string out;
   metrics_.Render(out);
@@ -158,6 +185,7 @@ std::string AdminViews::MetricsText() const {
   RenderHeader(out, "infera_router_pending_pick_guards", "gauge",
                "Picks whose active blocks are not yet released.");
   out += "infera_router_pending_pick_guards " + std::to_string(planner_.PendingGuards()) + "\n";
+  RenderDemand(out, *fleet);
 
   const events::KvEventCounters& c = events_.counters();
   auto counter = [&](const char* name, const char* help, const std::atomic<uint64_t>& v) {

@@ -51,6 +51,9 @@ class AdminViews {
  private:
   // The infera_router_prediction_* families, one series per target.
   void RenderPredictions(std::string& out, const Fleet& fleet) const;
+  // infera_router_decode_demand_{tokens,requests}{target} of every decode target (the
+  // series only with --decode-input-demand shadow|on).
+  void RenderDemand(std::string& out, const Fleet& fleet) const;
 
   const WorkerSet& workers_;
   const PickPlanner& planner_;

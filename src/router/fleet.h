@@ -32,6 +32,10 @@ struct FleetWorker {
   mutable WorkerHealth health;
   // Set (under the pick mutex) when discovery removed the worker.
   mutable std::atomic<bool> retired{false};
+  // Render parity diverged: the router's token counts are estimates for this worker
+  // (decode input demand's `input="estimated"`). Nothing sets it until render parity
+  // is built; false counts as exact (spec: an unchecked worker counts as exact).
+  mutable std::atomic<bool> renders_differently{false};
 
   FleetWorker(discovery::WorkerRecord r, http::Endpoint ep, uint32_t breaker_failures,
               int64_t breaker_cooldown_ms)

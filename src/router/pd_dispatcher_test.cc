@@ -48,20 +48,7 @@ class PdDispatcherTest : public ::testing::Test {
   // A worker "<host>:1" of `mode` speaking `protocol`.
   void AddWorker(const std::string& host, discovery::DisaggMode mode,
                  discovery::PdProtocol protocol) {
-    discovery::WorkerRecord r;
-    r.worker_id = host + ":1";
-    r.url = "http://" + host + ":1";
-    r.model_name = "m";
-    r.disagg_mode = mode;
-    r.pd_protocol = protocol;
-    r.disagg_protocol = std::string(discovery::PdProtocolName(protocol));
-    if (mode == discovery::DisaggMode::kPrefill) {
-      r.pd.bootstrap_host = host;
-      r.pd.bootstrap_port = 8998;
-      r.pd.bootstrap_addr = host + ":8998";
-      r.pd.engine_id = "engine-" + host;
-    }
-    router_->AddWorker(r);
+    router_->AddWorker(testing::PdWorkerRecord(host, mode, protocol));
   }
   void AddPair(discovery::PdProtocol protocol) {
     AddWorker("p", discovery::DisaggMode::kPrefill, protocol);

@@ -8,12 +8,17 @@ PickGuards& PickGuards::operator=(PickGuards&& other) noexcept {
     mu_ = other.mu_;
     active_ = std::move(other.active_);
     other.active_.clear();
+    demand_ = std::move(other.demand_);  // ours was released above
   }
   return *this;
 }
 
 void PickGuards::AddActive(core::LoadState::ActiveGuard guard) {
   if (guard.pending()) active_.push_back(std::move(guard));
+}
+
+void PickGuards::AddDemand(core::DecodeDemand::Reservation reservation) {
+  demand_ = std::move(reservation);
 }
 
 void PickGuards::PrefillDone() {
@@ -23,10 +28,11 @@ void PickGuards::PrefillDone() {
 }
 
 void PickGuards::Release() {
-  if (active_.empty()) return;
+  if (!pending()) return;
   absl::MutexLock lock(mu_);
   for (auto& g : active_) g.Release();
   active_.clear();
+  demand_.Release();
 }
 
 }  // namespace infera::router

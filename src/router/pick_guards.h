@@ -1,8 +1,8 @@
 // PickGuards: every hold one request has on the planner's state, released once.
 //
-// Today: the active-blocks guard of each picked target (core::LoadState), one per
-// leg. Next: decode-demand reservations (core::DecodeDemand::Reservation) join here,
-// so "released exactly once, however the request ends" stays one object's job.
+// The active-blocks guard of each picked target (core::LoadState), one per leg, and
+// the decode leg's decode-demand reservation (core::DecodeDemand::Reservation), so
+// "released exactly once, however the request ends" stays one object's job.
 // Release() takes the pick mutex once for all holds; the destructor releases what
 // is still held (failover drops an attempt's guards before the next pick).
 //
@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
+#include "core/decode_demand.h"
 #include "core/load_state.h"
 
 namespace infera::router {
@@ -30,17 +31,20 @@ class PickGuards {
 
   // REQUIRES: the caller holds *mu (the planner adds holds while it picks).
   void AddActive(core::LoadState::ActiveGuard guard);
+  // REQUIRES: the caller holds *mu; at most one reservation per PickGuards.
+  void AddDemand(core::DecodeDemand::Reservation reservation);
 
   // The first token arrived: each hold stops counting as pending prefill
   // (core::LoadState::ActiveGuard::PrefillDone); its active blocks stay held.
   void PrefillDone() ABSL_LOCKS_EXCLUDED(*mu_);
   // Releases every hold now; later calls (and the destructor) do nothing.
   void Release() ABSL_LOCKS_EXCLUDED(*mu_);
-  bool pending() const { return !active_.empty(); }
+  bool pending() const { return !active_.empty() || demand_.pending(); }
 
  private:
   absl::Mutex* mu_ = nullptr;
   absl::InlinedVector<core::LoadState::ActiveGuard, 2> active_;
+  core::DecodeDemand::Reservation demand_;
 };
 
 }  // namespace infera::router

@@ -9,16 +9,32 @@ namespace infera::router {
 
 PickPlanner::PickPlanner(const core::PolicyConfig& policy, const events::SharedKvIndex& index,
                          const core::Clock& clock, RouterMetrics& metrics, core::PdConfig pd,
-                         const core::SessionConfig& sessions)
+                         const core::SessionConfig& sessions, DemandOptions demand)
     : index_(index),
       clock_(clock),
       metrics_(metrics),
       selector_(policy, index.index()),
       pd_planner_(selector_, index.index(), pd),
+      demand_mode_(demand.mode),
+      demand_(demand, metrics),
       sessions_(sessions, metrics.sessions()) {
   // Plan() runs under mu_.
   pd_planner_.set_pin([this](core::Role pool, std::vector<core::TargetId>& candidates)
                           ABSL_NO_THREAD_SAFETY_ANALYSIS { sessions_.Pin(pool, candidates); });
+  if (demand_mode_ == core::DemandMode::kOff) return;
+  // Decode input demand: every decode pick of PlanPd (called under mu_ from Plan).
+  pd_planner_.set_choose_decode([this](const core::RoutingInput&,
+                                       std::span<const core::TargetId> decode,
+                                       const core::PickResult& original) {
+    mu_.AssertHeld();
+    return demand_.Choose(decode, original, [this](core::TargetId t) {
+      mu_.AssertHeld();
+      for (size_t i = 0; i < pd_candidates_.size(); ++i) {
+        if (pd_candidates_[i].target == t) return owners_[i];
+      }
+      return static_cast<const FleetWorker*>(nullptr);
+    });
+  });
 }
 
 bool PickPlanner::Admits(const FleetWorker& wk, const RequestContext& ctx, PlanHistory& history,
@@ -142,6 +158,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     input.estimated_tokens = ctx.api.estimated_tokens;
     input.image_keys = ctx.api.image_keys;
     if (approx_) approx_->Expire(pick_start_ns);
+    if (demand_mode_ != core::DemandMode::kOff) demand_.Begin(ctx);
     auto planned = index_.WithIndex(
         [&](const core::KvIndex&) { return pd_planner_.Plan(input, pd_candidates_); });
     if (!planned.ok()) {
@@ -176,6 +193,11 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     const std::string_view session = sessions_.Bind(pd.main.role, pd.main.picked);
     if (log) spdlog::info("{}{}", core::FormatPickLog(pd.main), session);
     plan.guards.AddActive(std::move(pd.main.guard));
+    // The decode leg's demand stays on the decode guards (whatever
+    // --pd-prefill-guard-release says): released with them, exactly once.
+    if (demand_mode_ != core::DemandMode::kOff && pd.main.role == core::Role::kDecode) {
+      plan.guards.AddDemand(demand_.Book(pd.main, *main_owner));
+    }
   }
   // The owners are alive: `fleet` holds them.
   auto add_leg = [&](const FleetWorker* owner, const core::PickResult& pick) {
@@ -228,6 +250,7 @@ const ApproxCounters* PickPlanner::approx_counters() const {
 void PickPlanner::Retire(const FleetWorker& worker, events::KvEventSource& events) {
   absl::MutexLock lock(&mu_);
   worker.retired.store(true, std::memory_order_relaxed);
+  demand_.Forget(worker);
   for (size_t r = 0; r < worker.targets.size(); ++r) {
     selector_.RemoveTarget(worker.targets[r]);
     if (approx_) approx_->RemoveTarget(worker.targets[r]);
@@ -292,6 +315,22 @@ std::vector<size_t> PickPlanner::ActiveBlocks(const FleetWorker& worker) const {
   out.reserve(worker.targets.size());
   for (core::TargetId t : worker.targets) out.push_back(selector_.load().ActiveBlocks(t));
   return out;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> PickPlanner::Demand(const FleetWorker& worker) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  out.reserve(worker.targets.size());
+  for (size_t r = 0; r < worker.targets.size(); ++r) {
+    const std::string key = worker.KeyOf(r).ToString();
+    out.emplace_back(demand_.Tokens(key), demand_.Requests(key));
+  }
+  return out;
+}
+
+uint64_t PickPlanner::PendingDemandReservations() const {
+  absl::MutexLock lock(&mu_);
+  return demand_.LiveReservations();
 }
 
 }  // namespace infera::router

@@ -38,6 +38,7 @@
 #include "events/kv_event_source.h"
 #include "events/shared_kv_index.h"
 #include "router/approx_recorder.h"
+#include "router/decode_demand_routing.h"
 #include "router/fleet.h"
 #include "router/pick_plan.h"
 #include "router/request_context.h"
@@ -61,7 +62,7 @@ class PickPlanner {
   // REQUIRES: sessions.Validate().ok().
   PickPlanner(const core::PolicyConfig& policy, const events::SharedKvIndex& index,
               const core::Clock& clock, RouterMetrics& metrics, core::PdConfig pd = {},
-              const core::SessionConfig& sessions = {});
+              const core::SessionConfig& sessions = {}, DemandOptions demand = {});
   PickPlanner(const PickPlanner&) = delete;
   PickPlanner& operator=(const PickPlanner&) = delete;
 
@@ -105,6 +106,12 @@ class PickPlanner {
   double PendingPrefillBlocks(core::TargetId target) const ABSL_LOCKS_EXCLUDED(mu_);
   // Active blocks of each target of `worker`, in rank order.
   std::vector<size_t> ActiveBlocks(const FleetWorker& worker) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Decode input demand: --decode-input-demand; each target's (in-flight input tokens,
+  // held requests), in rank order; reservations not yet released (0 when idle).
+  core::DemandMode demand_mode() const { return demand_mode_; }
+  std::vector<std::pair<uint64_t, uint64_t>> Demand(const FleetWorker& worker) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t PendingDemandReservations() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // The candidate filter of a plan: model, (mixed plans) disagg_mode, retired, tried,
@@ -119,6 +126,8 @@ class PickPlanner {
   mutable absl::Mutex mu_;
   core::Selector selector_ ABSL_GUARDED_BY(mu_);
   core::PdPlanner pd_planner_ ABSL_GUARDED_BY(mu_);
+  const core::DemandMode demand_mode_;
+  DecodeDemandRouting demand_ ABSL_GUARDED_BY(mu_);
   // Per-pick scratch, reused.
   std::vector<core::TargetId> candidates_ ABSL_GUARDED_BY(mu_);
   std::vector<const FleetWorker*> owners_ ABSL_GUARDED_BY(mu_);

@@ -65,7 +65,8 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
   if (approx) options_.policy.settle_from_views = false;
   planner_ = std::make_unique<PickPlanner>(
       options_.policy, index_, *clock_, *metrics_,
-      core::PdConfig{.min_uncached_tokens = options_.pd.min_uncached_tokens}, options_.sessions);
+      core::PdConfig{.min_uncached_tokens = options_.pd.min_uncached_tokens}, options_.sessions,
+      options_.demand);
   if (approx) {
     planner_->EnableApprox(options_.approx, index_);
     spdlog::info(
@@ -133,6 +134,7 @@ void Router::RemoveWorker(const std::string& worker_id) { workers_->Remove(worke
 discovery::DiscoveryCallbacks Router::Callbacks() { return workers_->Callbacks(); }
 
 size_t Router::PendingGuards() const { return planner_->PendingGuards(); }
+uint64_t Router::PendingDemandReservations() const { return planner_->PendingDemandReservations(); }
 
 std::optional<core::TargetId> Router::FindTarget(const core::TargetKey& key) const {
   for (const auto& w : *workers_->Snapshot()) {

@@ -33,6 +33,7 @@
 #include "events/shared_kv_index.h"
 #include "http/io_pool.h"
 #include "http/server.h"
+#include "router/decode_demand_routing.h"
 #include "router/pd_options.h"
 #include "router/upstream.h"
 
@@ -73,7 +74,8 @@ struct RouterOptions {
   int max_attempts = 3;  // workers tried before the first byte
   uint32_t breaker_failures = 5;
   int64_t breaker_cooldown_ms = 10'000;
-  PdOptions pd;  // --pd-min-uncached-tokens, --pd-prefill-guard-release
+  PdOptions pd;          // --pd-min-uncached-tokens, --pd-prefill-guard-release
+  DemandOptions demand;  // --decode-input-demand, --decode-request-weight
   // --session-affinity, --session-affinity-max-sessions, --session-affinity-ttl-s
   core::SessionConfig sessions;
 };
@@ -106,6 +108,8 @@ class Router {
 
   // Pick guards not yet released (tests: must return to 0).
   size_t PendingGuards() const;
+  // Decode input-demand reservations not yet released (0 when idle).
+  uint64_t PendingDemandReservations() const;
   // Active blocks of one target (worker_id, dp_rank); 0 when unknown.
   size_t ActiveBlocks(const core::TargetKey& key) const;
   // Blocks of prefill still pending on one target (load term `work`); 0 when unknown.

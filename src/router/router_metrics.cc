@@ -55,6 +55,12 @@ RouterMetrics::RouterMetrics(core::Policy policy)
     pick_cache_hits_by_role_[role] = pick_cache_hits_.Series(RoleLabel(core::Role(role)));
     pick_request_blocks_by_role_[role] = pick_request_blocks_.Series(RoleLabel(core::Role(role)));
   }
+  for (size_t i = 0; i < demand_decisions_.size(); ++i) {
+    demand_decisions_[i] =
+        demand_decisions_total_.Series(MetricLabel("mode", i < 4 ? "shadow" : "on") + "," +
+                                       MetricLabel("input", (i & 2) ? "estimated" : "exact") + "," +
+                                       MetricLabel("agrees", (i & 1) ? "true" : "false"));
+  }
 }
 
 void RouterMetrics::RequestEnded(ApiKind kind, int status, Outcome outcome, double seconds) {
@@ -97,6 +103,12 @@ void RouterMetrics::CountPromptEstimated(const char* reason) {
   prompts_estimated_total_.Add(MetricLabel("reason", reason));
 }
 
+void RouterMetrics::CountDemandDecision(core::DemandMode mode, bool estimated, bool agrees) {
+  if (mode == core::DemandMode::kOff) return;
+  const size_t i = (mode == core::DemandMode::kOn ? 4 : 0) + (estimated ? 2 : 0) + (agrees ? 1 : 0);
+  demand_decisions_[i]->fetch_add(1, std::memory_order_relaxed);
+}
+
 void RouterMetrics::Render(std::string& out) const {
   requests_total_.Render(out);
   picks_total_.Render(out);
@@ -104,6 +116,7 @@ void RouterMetrics::Render(std::string& out) const {
   upstream_errors_total_.Render(out);
   local_errors_total_.Render(out);
   prompts_estimated_total_.Render(out);
+  demand_decisions_total_.Render(out);
   pick_cache_hits_.Render(out);
   pick_request_blocks_.Render(out);
   request_duration_.Render(out);

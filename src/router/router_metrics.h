@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/decode_demand.h"
 #include "core/selector.h"
 #include "router/api_request.h"
 #include "router/metrics.h"
@@ -55,6 +56,11 @@ class RouterMetrics {
   // Prompts on the encoder's pool, running or waiting (+1 / -1).
   void TokenizeJobs(int delta) { tokenize_jobs_.fetch_add(delta, std::memory_order_relaxed); }
 
+  // infera_router_decode_demand_decisions_total{mode,input,agrees}: one decode pick's
+  // demand decision (mode shadow|on; input exact|estimated; the suggestion matched
+  // the original policy's choice).
+  void CountDemandDecision(core::DemandMode mode, bool estimated, bool agrees);
+
   PdMetrics& pd() { return pd_; }
   SessionMetrics& sessions() { return sessions_; }
 
@@ -81,6 +87,10 @@ class RouterMetrics {
   CounterFamily prompts_estimated_total_{"infera_router_prompts_estimated_total",
                                          "Prompts sized by the bytes/4 estimate instead of "
                                          "tokenizing, by reason."};
+  CounterFamily demand_decisions_total_{
+      "infera_router_decode_demand_decisions_total",
+      "Decode input-demand decisions, by mode, input count (exact or estimated) and whether "
+      "the suggestion agreed with the original policy."};
   HistogramFamily pick_cache_hits_{"infera_router_pick_cache_hits",
                                    "Cache-hit blocks of the picked target.",
                                    {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}};
@@ -105,6 +115,8 @@ class RouterMetrics {
   Histogram* stage_total_ = nullptr;
   std::array<Histogram*, 3> pick_cache_hits_by_role_{};
   std::array<Histogram*, 3> pick_request_blocks_by_role_{};
+  // [mode: shadow, on][input: exact, estimated][agrees: false, true]
+  std::array<std::atomic<uint64_t>*, 8> demand_decisions_{};
 };
 
 }  // namespace infera::router

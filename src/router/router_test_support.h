@@ -1,5 +1,6 @@
 // In-process router tests' helpers: a test clock, a raw HTTP/1.1 client and the
-// router started on a fake upstream (router_pipeline_test.cc, pd_dispatcher_test.cc).
+// router started on a fake upstream (router_pipeline_test.cc, pd_dispatcher_test.cc,
+// decode_demand_router_test.cc).
 //
 // Thread-safety: TestClock is readable from any thread; TestClient is one thread's.
 #pragma once
@@ -130,6 +131,26 @@ inline std::unique_ptr<router::Router> StartTestRouter(router::RouterOptions opt
   auto router = std::make_unique<router::Router>(std::move(opt), std::move(env));
   if (!router->Start().ok()) return nullptr;
   return router;
+}
+
+// The record of a worker "<host>:1" serving model "m" in `mode`, speaking `protocol`;
+// a prefill worker gets its bootstrap fields (<host>:8998, engine id "engine-<host>").
+inline discovery::WorkerRecord PdWorkerRecord(const std::string& host, discovery::DisaggMode mode,
+                                              discovery::PdProtocol protocol) {
+  discovery::WorkerRecord r;
+  r.worker_id = host + ":1";
+  r.url = "http://" + host + ":1";
+  r.model_name = "m";
+  r.disagg_mode = mode;
+  r.pd_protocol = protocol;
+  r.disagg_protocol = std::string(discovery::PdProtocolName(protocol));
+  if (mode == discovery::DisaggMode::kPrefill) {
+    r.pd.bootstrap_host = host;
+    r.pd.bootstrap_port = 8998;
+    r.pd.bootstrap_addr = host + ":8998";
+    r.pd.engine_id = "engine-" + host;
+  }
+  return r;
 }
 
 }  // namespace infera::testing

@@ -38,6 +38,7 @@ class Simulation {
         progress_(progress),
         selector_(SelectorPolicy(config), index_),
         planner_(selector_, index_, config.pd),
+        demand_(config.decode_request_weight),
         guards_(workload.requests.size()) {
     for (size_t e = 0; e < config.total_engines(); ++e) {
       EngineSlot slot;
@@ -57,7 +58,31 @@ class Simulation {
       }
       engines_.push_back(std::move(slot));
     }
-    if (config.pd_fleet()) prefill_guards_.resize(workload.requests.size());
+    if (config.pd_fleet()) {
+      prefill_guards_.resize(workload.requests.size());
+      reservations_.resize(workload.requests.size());
+      booked_tokens_.assign(workload.requests.size(), 0);
+      decode_inflight_.assign(config.decode_engines, 0);
+      if (config.decode_demand != core::DemandMode::kOff) {
+        planner_.set_choose_decode([this](const core::RoutingInput&,
+                                          std::span<const core::TargetId> decode,
+                                          const core::PickResult& original) {
+          keys_.clear();
+          loads_.clear();
+          size_t at = 0;
+          for (size_t k = 0; k < decode.size(); ++k) {
+            keys_.push_back(index_.Key(decode[k]).ToString());
+            loads_.push_back(k < original.costs.size() ? original.costs[k] : 0);
+            if (decode[k] == original.picked) at = k;
+          }
+          const core::DemandDecision d =
+              demand_.Decide(config_.decode_demand, keys_, loads_, demand_tokens_, at);
+          ++result_.demand_decisions;
+          if (d.agrees()) ++result_.demand_agreements;
+          return std::optional<size_t>(d.chosen);
+        });
+      }
+    }
     result_.requests.resize(workload.requests.size());
     const int64_t span = workload.requests.empty() ? 0 : workload.requests.back().arrival_ns;
     sample_interval_ns_ = config.sample_interval_ns > 0
@@ -115,6 +140,7 @@ class Simulation {
       result_.sample_times_ns.push_back(next_sample_ns_);
       result_.load_samples.push_back(std::move(load));
       result_.kv_samples.push_back(std::move(kv));
+      if (config_.pd_fleet()) result_.decode_input_samples.push_back(decode_inflight_);
       next_sample_ns_ += sample_interval_ns_;
     }
   }
@@ -124,6 +150,9 @@ class Simulation {
     s.pending = s.engine->Step();
     s.pending_events = s.engine->TakeEvents();
     s.busy = true;
+    if (config_.pd_fleet() && e >= config_.prefill_engines) {
+      result_.decode_step_ns.push_back(s.pending.duration_ns);
+    }
     // A step always computes something (the engine's invariant); 1 µs keeps virtual
     // time moving even if a zero-cost timing model is configured.
     steps_.push({t + std::max<int64_t>(s.pending.duration_ns, 1000), e});
@@ -154,6 +183,7 @@ class Simulation {
         r.finish_ns = t;
         core::LoadState::ActiveGuard done = std::move(guards_[o.request_id]);
         done.Release();
+        Unbook(o.request_id);
       }
     }
     s.pending.outputs.clear();
@@ -218,6 +248,7 @@ class Simulation {
       result_.requests[i].rejected = true;
       guards_[i].Release();
       if (!prefill_guards_.empty()) prefill_guards_[i].Release();
+      Unbook(i);
       return;
     }
     if (!s.busy) StartStep(e, t);
@@ -228,12 +259,19 @@ class Simulation {
     const WorkloadRequest& w = workload_.requests[i];
     RequestOutcome& r = result_.requests[i];
     ExpireApprox(t);
+    demand_tokens_ = w.prompt_tokens;  // n = 1
     absl::StatusOr<core::PdPlan> plan = planner_.Plan(input, pd_candidates_);
     assert(plan.ok());  // both pools are always present
     if (plan->prefill) RecordApprox(*plan->prefill, tokens, t);
     RecordApprox(plan->main, tokens, t);
     r.engine = engine_of_[plan->main.picked];
     guards_[i] = std::move(plan->main.guard);
+    // The decode pick's booking (the same span as the router's reservation).
+    booked_tokens_[i] = w.prompt_tokens;
+    decode_inflight_[r.engine - config_.prefill_engines] += w.prompt_tokens;
+    if (config_.decode_demand != core::DemandMode::kOff) {
+      reservations_[i] = demand_.Reserve(index_.Key(plan->main.picked).ToString(), demand_tokens_);
+    }
     if (plan->kind == core::PdPlanKind::kDecodeOnly) {
       r.decode_only = true;
       r.router_hits = plan->main.cache_hits;
@@ -305,12 +343,27 @@ class Simulation {
     if (!added.empty()) index_.InsertRouterHashes(pick.picked, added, core::Tier::kDevice);
   }
 
+  // The request's decode booking ends (last token, or rejected).
+  void Unbook(size_t i) {
+    if (booked_tokens_.empty() || booked_tokens_[i] == 0) return;
+    decode_inflight_[result_.requests[i].engine - config_.prefill_engines] -= booked_tokens_[i];
+    booked_tokens_[i] = 0;
+    reservations_[i].Release();
+  }
+
   const Workload& workload_;
   const OfflineConfig& config_;
   const ProgressFn& progress_;
   core::KvIndex index_;
   core::Selector selector_;
   core::PdPlanner planner_;
+  core::DecodeDemand demand_;
+  std::vector<core::DecodeDemand::Reservation> reservations_;  // PD: by request
+  std::vector<uint64_t> booked_tokens_;                        // PD: by request
+  std::vector<uint64_t> decode_inflight_;                      // PD: by decode engine
+  uint64_t demand_tokens_ = 0;                                 // the arriving request's
+  std::vector<std::string> keys_;                              // demand scratch
+  std::vector<double> loads_;
   std::vector<EngineSlot> engines_;
   std::vector<core::TargetId> candidates_;
   std::vector<core::PdCandidate> pd_candidates_;

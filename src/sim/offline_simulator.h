@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/approx_cache.h"
+#include "core/decode_demand.h"
 #include "core/pd_planner.h"
 #include "core/selector.h"
 #include "sim/engine.h"
@@ -60,6 +61,11 @@ struct OfflineConfig {
   size_t decode_engines = 0;
   core::PdConfig pd;
   KvTransferModel kv_transfer;
+  // PD fleets: decode input demand (the router's --decode-input-demand and
+  // --decode-request-weight, the same core::DecodeDemand and PdPlanner seam). A
+  // request's reservation is booked at its decode pick and released at its last token.
+  core::DemandMode decode_demand = core::DemandMode::kOff;
+  double decode_request_weight = 0;
 
   bool pd_fleet() const { return prefill_engines > 0 && decode_engines > 0; }
   size_t total_engines() const { return pd_fleet() ? prefill_engines + decode_engines : engines; }
@@ -92,6 +98,15 @@ struct OfflineResult {
   std::vector<std::vector<uint32_t>> load_samples;
   std::vector<std::vector<float>> kv_samples;
   std::vector<EngineStats> engine_stats;
+  // PD fleets, at sample_times_ns[k]: input tokens of the requests booked on each decode
+  // engine (decode pick to last token), whatever the demand mode.
+  std::vector<std::vector<uint64_t>> decode_input_samples;
+  // PD fleets: the duration of every decode-engine step (the timing model's).
+  std::vector<int64_t> decode_step_ns;
+  // Decode input demand shadow|on: decode picks, and those whose suggestion matched
+  // the original policy's choice.
+  uint64_t demand_decisions = 0;
+  uint64_t demand_agreements = 0;
   // At the end of the run: blocks each engine caches, and blocks the router's index
   // holds for it (equal when every event was delivered and applied).
   std::vector<size_t> engine_block_counts;
