@@ -96,6 +96,14 @@ class DecodeDemandRouterTest : public ::testing::Test {
     return c.ReadAnswer().body;
   }
   bool HasMetric(const std::string& line) { return Metrics().find(line) != std::string::npos; }
+  // The decode worker of the last decode leg sent (the prefill leg may be sent after it).
+  std::string LastDecode() {
+    const std::vector<SentRequest> sent = fake_->sent();
+    for (auto it = sent.rbegin(); it != sent.rend(); ++it) {
+      if (it->host_port == "d:1" || it->host_port == "e:1") return it->host_port;
+    }
+    return "";
+  }
 
   TestClock clock_;
   std::unique_ptr<Router> router_;
@@ -144,12 +152,12 @@ TEST_F(DecodeDemandRouterTest, OnPicksTheLowestProjectedDemandAndBooksIt) {
   TestClient a(router_->port());
   a.Write("POST", "/v1/completions", Completion(64, R"(,"n":2)"));
   ASSERT_TRUE(WaitFor([&] { return fake_->held() == 1; }));
-  const std::string first = fake_->sent().back().host_port;
+  const std::string first = LastDecode();
   const std::string other = first == "d:1" ? "e:1" : "d:1";
   TestClient b(router_->port());
   b.Write("POST", "/v1/completions", Completion(40));
   ASSERT_TRUE(WaitFor([&] { return fake_->held() == 2; }));
-  EXPECT_EQ(fake_->sent().back().host_port, other);
+  EXPECT_EQ(LastDecode(), other);
   EXPECT_EQ(router_->PendingDemandReservations(), 2u);
   const std::string m = Metrics();
   EXPECT_NE(m.find(Tokens(first, 128)), std::string::npos) << m;  // 64 tokens × n = 2
@@ -180,19 +188,19 @@ TEST_F(DecodeDemandRouterTest, RequestWeightCountsHeldRequests) {
   TestClient a(router_->port()), b(router_->port()), c(router_->port()), d(router_->port());
   a.Write("POST", "/v1/completions", Completion(500));
   ASSERT_TRUE(WaitFor([&] { return fake_->held() == 1; }));
-  const std::string big = fake_->sent().back().host_port;
+  const std::string big = LastDecode();
   const std::string small = big == "d:1" ? "e:1" : "d:1";
   b.Write("POST", "/v1/completions", Completion(8));
   ASSERT_TRUE(WaitFor([&] { return fake_->held() == 2; }));
-  EXPECT_EQ(fake_->sent().back().host_port, small);
+  EXPECT_EQ(LastDecode(), small);
   c.Write("POST", "/v1/completions", Completion(8));
   ASSERT_TRUE(WaitFor([&] { return fake_->held() == 3; }));
   // big: 500 + 8 + 1000 × 1 = 1508; small: 8 + 8 + 1000 × 1 = 1016 -> small.
-  EXPECT_EQ(fake_->sent().back().host_port, small);
+  EXPECT_EQ(LastDecode(), small);
   d.Write("POST", "/v1/completions", Completion(8));
   ASSERT_TRUE(WaitFor([&] { return fake_->held() == 4; }));
   // big: 1508; small: 16 + 8 + 2000 = 2024 -> big (token-only demand would pick small).
-  EXPECT_EQ(fake_->sent().back().host_port, big);
+  EXPECT_EQ(LastDecode(), big);
   EXPECT_TRUE(HasMetric(Requests(small, 2)));
   fake_->Release();
   for (TestClient* t : {&a, &b, &c, &d}) EXPECT_EQ(t->ReadAnswer().status, 200);
@@ -208,7 +216,7 @@ TEST_F(DecodeDemandRouterTest, ShadowKeepsTheOriginalChoiceAndBooksIt) {
   TestClient a(router_->port());
   a.Write("POST", "/v1/completions", Completion(64));
   ASSERT_TRUE(WaitFor([&] { return fake_->held() == 1; }));
-  const std::string picked = fake_->sent().back().host_port;
+  const std::string picked = LastDecode();
   EXPECT_TRUE(HasMetric(Tokens(picked, 64)));
   fake_->Release();
   EXPECT_EQ(a.ReadAnswer().status, 200);
@@ -260,7 +268,7 @@ TEST_F(DecodeDemandRouterTest, EstimatedInputForUntokenizedAndImageRequests) {
   TestClient a(router_->port());
   a.Write("POST", "/v1/chat/completions", chat);
   ASSERT_TRUE(WaitFor([&] { return fake_->held() == 1; }));
-  const std::string picked = fake_->sent().back().host_port;
+  const std::string picked = LastDecode();
   const std::string m = Metrics();
   // ~400 bytes of text / 4 (plus the few bytes of roles and types), not the 4 KB image.
   const std::string key = "infera_router_decode_demand_tokens{target=\"" + picked + "\"} ";
@@ -322,8 +330,9 @@ TEST_F(DecodeDemandRouterTest, AbandonedAttemptReleasesBeforeTheRetry) {
   AddWorker("q", discovery::DisaggMode::kPrefill);
   fake_->Push("p:1", Script{.status = 500, .pieces = {"{}"}});  // every time
   fake_->Push("q:1", Script{.pieces = {kOk}});
-  fake_->Push("d:1", Script{.pieces = {kOk}, .hold = true});
-  fake_->Push("e:1", Script{.pieces = {kOk}, .hold = true});
+  // Before their head, as an engine waiting for its KV: a failed prefill cancels them.
+  fake_->Push("d:1", Script{.pieces = {kOk}, .hold_before_head = true});
+  fake_->Push("e:1", Script{.pieces = {kOk}, .hold_before_head = true});
   std::vector<std::unique_ptr<TestClient>> clients;
   for (int i = 1; i <= 3; ++i) {
     clients.push_back(std::make_unique<TestClient>(router_->port()));
