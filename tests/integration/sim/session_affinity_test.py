@@ -198,8 +198,10 @@ def test_pd():
                 else:
                     check(pair == home[s] and picks["prefill"][1] == "hit" and
                           picks["decode"][1] == "hit", f"{s} turn {turn} keeps {home[s]}")
-        # (The kv-aware ties of an idle PD fleet of 2 + 2 do not rotate, see the report:
-        # the sessions may all share one pair; the replacement is checked either way.)
+        # Ties of the idle fleet rotate per pool (the selector's per-role turn): the four
+        # sessions' first picks do not all share one decode worker.
+        check(len({pair[1] for pair in home.values()}) == 2,
+              f"the sessions are bound over both decode workers ({home})")
         leaving = home["pd-s0"][1]
         proc = next(p for p, w in engines if w == leaving)
         proc.p.send_signal(signal.SIGTERM)
