@@ -214,7 +214,7 @@ def kill_under_traffic_and_restart(procs, router, base, workers, extra, name, gr
     stop.set()
     t.join(timeout=10)
     t0 = time.time()
-    router, base = start_router(procs, ARGS.router, workers, *extra, name=name)
+    router, base = start_router(procs, ARGS.router, workers, *extra, name=name, ready=False)
     ms, seen = wait_ready(router, base, t0)
     rid = f"warm-{name}"
     check(complete(base, groups[0], request_id=rid) == 200, "first request after the restart")
@@ -246,7 +246,7 @@ def case_warm(procs, tmp):
     engines = [start_engine(procs, f"engine{i}", (free_port(), free_port(), free_port()))[1]
                for i in range(2)]
     workers = [worker_flag(f) for f in engines]
-    router, base = start_router(procs, ARGS.router, workers, name="zmq-router")
+    router, base = start_router(procs, ARGS.router, workers, name="zmq-router", ready=False)
     groups = list(range(ARGS.groups))
     traffic(base, 0, len(groups))
     router, base = warm_restart(procs, router, base, engines, [], "zmq", groups)
@@ -261,7 +261,8 @@ def case_warm(procs, tmp):
     for i, f in enumerate(engines):
         start_relay(procs, f, nats_url, name=f"relay{i}")
     extra = ["--kv-event-transport", "nats", "--nats-server", nats_url]
-    router, base = start_router(procs, ARGS.router, workers, *extra, name="nats-router")
+    router, base = start_router(procs, ARGS.router, workers, *extra, name="nats-router",
+                                ready=False)
     router, base = warm_restart(procs, router, base, engines, extra, "nats", groups)
 
     # NATS unreachable at start: "starting" until the stream is replayed.
@@ -269,7 +270,8 @@ def case_warm(procs, tmp):
     router.p.wait(timeout=10)
     nats.p.terminate()
     nats.p.wait(timeout=10)
-    router, base = start_router(procs, ARGS.router, workers, *extra, name="nats-router-cold")
+    router, base = start_router(procs, ARGS.router, workers, *extra, name="nats-router-cold",
+                                ready=False)
     status, body, _ = http("GET", base + "/health")
     check(status == 503 and json.loads(body)["status"] == "starting",
           f"/health says starting while JetStream is unreachable: {status} {body}")
