@@ -217,7 +217,11 @@ def test_worker_leaves_mid_request():
 def main():
     off, _ = run_mode("off")
     on, _ = run_mode("on")
-    check(on < off, f"on evens in-flight input tokens better than off ({on:.3f} < {off:.3f})")
+    # Since the selector's ties rotate per role (b26658c), off evens this traffic too
+    # (0.044 both; 0.218 vs 0.044 before, when every decode tie went one way): on is
+    # never worse, and within the greedy bound (checked in run_mode).
+    check(on <= off + 1e-9, f"on evens in-flight input tokens at least as well as off "
+                            f"({on:.3f} <= {off:.3f})")
     test_worker_leaves_mid_request()
     print("all decode demand router tests passed")
 
