@@ -14,10 +14,12 @@ NatsEventSource::NatsEventSource(SharedKvIndex& index, NatsSourceOptions options
       index_(index.index()),
       applier_(index_mu_, index_, counters_) {
   NatsOptions nats = options_.nats;
-  nats.on_reconnect = [this] {
-    resubscribe_.store(true);
-    run_cv_.notify_all();
-  };
+  // After a reconnect libnats resets the ordered consumer itself (from the stream
+  // sequence after the last one delivered). Draining it here at the same time raced
+  // with that reset inside libnats 3.4 (a heap-use-after-free in
+  // jsSub_deleteConsumerAfterDrain, found by ASan): a reconnect only wakes Run() to
+  // subscribe if no subscription exists yet.
+  nats.on_reconnect = [this] { run_cv_.notify_all(); };
   absl::StatusOr<std::unique_ptr<NatsConnection>> nc = NatsConnection::Connect(std::move(nats));
   if (!nc.ok()) {
     spdlog::error("kv events: {}", nc.status().ToString());
@@ -44,9 +46,6 @@ void NatsEventSource::Run() {
   std::unique_lock<std::mutex> lock(run_mu_);
   while (!stop_) {
     lock.unlock();
-    if (resubscribe_.exchange(false) && sub_ != nullptr) {
-      DestroySubscription();  // made again from the next stream sequence
-    }
     if (sub_ == nullptr) Subscribe();
     if (!ready_.load() && std::chrono::steady_clock::now() - start >
                               std::chrono::milliseconds(options_.ready_timeout_ms)) {
@@ -56,7 +55,7 @@ void NatsEventSource::Run() {
     }
     lock.lock();
     run_cv_.wait_for(lock, std::chrono::milliseconds(options_.retry_interval_ms),
-                     [this] { return stop_ || resubscribe_.load(); });
+                     [this] { return stop_; });
   }
 }
 

@@ -14,8 +14,9 @@
 // Messages of targets discovery has not added yet are held per subject (bounded by
 // max_pending_bytes; a restart at seq 0 drops the subject's older ones) and applied
 // when the target is added, so discovery order does not matter.
-// The stream sequence of the last message handled is kept: after a reconnect the
-// consumer is made again from the next one (and anything delivered twice is dropped).
+// The stream sequence of the last message handled is kept: a subscription made after
+// a failed first one starts from the next one; after a reconnect libnats resets the
+// ordered consumer itself from there (anything delivered twice is dropped).
 //
 // Readiness: Replaying() is true until the consumer has handled the stream up to its
 // last sequence as of the subscription (or the stream was empty), or ready_timeout_ms
@@ -105,7 +106,6 @@ class NatsEventSource final : public KvEventSource {
   std::optional<uint64_t> ready_at_seq_;  // the stream's last seq when subscribed
 
   std::atomic<bool> ready_{false};
-  std::atomic<bool> resubscribe_{false};
   std::mutex run_mu_;
   std::condition_variable run_cv_;
   bool stop_ = false;  // guarded by run_mu_
