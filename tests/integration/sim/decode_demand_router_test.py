@@ -28,12 +28,11 @@ import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import (Processes, check, free_port, http as http_json, poll, start_engine,  # noqa: E402,E501
-                     start_etcd, start_router, worker_flag)
+from harness import (Processes, binaries, check, free_port, http as http_json,  # noqa: E402
+                     poll, start_engine, start_etcd, start_router, worker_flag)
 
 BUILD = sys.argv[1]
-ENGINE = os.path.join(BUILD, "apps/infera-mock-engine/infera-mock-engine")
-ROUTER = os.path.join(BUILD, "apps/infera-router/infera-router")
+_, ENGINE, ROUTER = binaries(BUILD)
 REGISTER = os.path.join(BUILD, "apps/infera-register/infera-register")
 PROTOCOL = "sglang-bootstrap"
 REQUESTS = 16

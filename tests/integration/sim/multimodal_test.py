@@ -28,11 +28,10 @@ import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Processes, check, start_engine, start_router, worker_flag  # noqa: E402
+from harness import Processes, binaries, check, start_engine, start_router, worker_flag  # noqa: E402
 
 BUILD = sys.argv[1]
-ENGINE = os.path.join(BUILD, "apps/infera-mock-engine/infera-mock-engine")
-ROUTER = os.path.join(BUILD, "apps/infera-router/infera-router")
+_, ENGINE, ROUTER = binaries(BUILD)
 PICK = re.compile(r"pick policy=kv-aware role=(\S+) request_id=(\S+) picked=(\S+) .*"
                   r"mm_images=(\d+) mm_affinity_hits=(\d+)")
 

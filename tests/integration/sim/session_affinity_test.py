@@ -26,11 +26,10 @@ import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Processes, check, free_port, http, poll, start_engine, start_etcd  # noqa: E402
+from harness import Processes, binaries, check, free_port, http, poll, start_engine, start_etcd  # noqa: E402
 
 BUILD = sys.argv[1]
-ENGINE = os.path.join(BUILD, "apps/infera-mock-engine/infera-mock-engine")
-ROUTER = os.path.join(BUILD, "apps/infera-router/infera-router")
+_, ENGINE, ROUTER = binaries(BUILD)
 
 
 def fleet(procs, etcd_port, roles):
