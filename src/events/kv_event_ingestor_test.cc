@@ -27,6 +27,12 @@ std::vector<core::BlockHash> View(const KvEventIngestor& ing, core::TargetId id)
   });
 }
 
+// A wait that keeps a stream going publishes again only every this many polls of
+// WaitFor (5 ms each): a predicate that published on every poll would chase its own
+// newest message and never see it applied when the ingestor lags by more than one poll
+// (it did under TSan on CI).
+constexpr int kRepublishPolls = 50;
+
 std::optional<uint64_t> LastSeq(const KvEventIngestor& ing) {
   auto statuses = ing.TargetStatuses();
   return statuses.empty() ? std::nullopt : statuses[0].last_seq;
@@ -228,12 +234,15 @@ TEST(KvEventIngestor, HungReplayDoesNotStallOtherTargets) {
   good_target.key = {"good:1", 0};
   const core::TargetId good_id = ing.AddTarget(good_target);
   uint64_t last = 0;
+  int polls = 0;
   ASSERT_TRUE(WaitFor([&] {
-    last = good->Publish(good_engine.NextBatch());
-    bad->PublishPayloadSkippingLive(EncodeEventBatch(bad_engine.NextBatch(), WireShape::kVllm));
-    bad->Publish(bad_engine.NextBatch());
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    return LastSeqOf(ing, "good:1") == last;
+    if (polls > 0 && LastSeqOf(ing, "good:1") == last) return true;
+    if (polls++ % kRepublishPolls == 0) {
+      last = good->Publish(good_engine.NextBatch());
+      bad->PublishPayloadSkippingLive(EncodeEventBatch(bad_engine.NextBatch(), WireShape::kVllm));
+      bad->Publish(bad_engine.NextBatch());
+    }
+    return false;
   })) << "the healthy target's events wait behind the hung replay";
   for (int i = 0; i < 20; ++i) last = good->Publish(good_engine.NextBatch());
   ASSERT_TRUE(WaitFor([&] { return LastSeqOf(ing, "good:1") == last; }));
@@ -263,9 +272,11 @@ TEST(KvEventIngestor, FailedReplayBacksOffAndGapsResync) {
     return ing.counters().replay_failures.load() >= 1;
   }));
   uint64_t last = 0;
+  int polls = 0;
   ASSERT_TRUE(WaitFor([&] {
-    last = bad->Publish(engine.NextBatch());
-    return LastSeq(ing) == last;
+    if (polls > 0 && LastSeq(ing) == last) return true;
+    if (polls++ % kRepublishPolls == 0) last = bad->Publish(engine.NextBatch());
+    return false;
   }));
   const uint64_t gaps_before = ing.counters().gaps.load();
   for (int i = 0; i < 5; ++i) {
