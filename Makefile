@@ -11,7 +11,7 @@ deps:
 	@scripts/install-deps
 
 build: deps
-	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD)
 
 # Everything: release build + all tests (unit, integration, bounded fuzzing), the
@@ -26,4 +26,4 @@ bench: build
 	@scripts/bench
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-release build-tsan build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) build-tsan build-fuzz
