@@ -74,11 +74,15 @@ int main(int argc, char** argv) {
   std::sort(expected.begin(), expected.end());
 
   events::KvEventIngestor ingestor;
-  const core::TargetId id = ingestor.AddTarget({.key = {"peer:1", 0},
-                                                .events_endpoint = events,
-                                                .replay_endpoint = replay,
-                                                .block_size = block_size,
-                                                .topic = topic});
+  // A named target, not a braced temporary: g++ 12 at -O3 reports a false
+  // maybe-uninitialized on the temporary's TargetKey string.
+  events::IngestTarget target;
+  target.key = {"peer:1", 0};
+  target.events_endpoint = events;
+  target.replay_endpoint = replay;
+  target.block_size = block_size;
+  target.topic = topic;
+  const core::TargetId id = ingestor.AddTarget(target);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   events::IngestTargetStatus status;
   while (std::chrono::steady_clock::now() < deadline) {
