@@ -3,7 +3,11 @@
 // Closed: requests flow; `failure_threshold` consecutive failures (5xx answers,
 // unreachable) open it. Open: no requests for `cooldown_ms`; then half-open: one
 // probe request is let through; its success closes the breaker, its failure opens
-// it again for another cooldown.
+// it again for another cooldown. A probe whose outcome is never reported (an
+// exception skipped the report) holds the slot for at most `probe_lease_ms`: after
+// that the next request takes the slot anew, so a lost report cannot keep the worker
+// out of rotation forever. The router sets the lease to request timeout + cooldown,
+// longer than any probe that ends on its own (the request timeout reports a failure).
 //
 // Time is passed in (monotonic ns), so tests drive it by hand.
 // Thread-safety: none; the router calls it under its pick mutex.
@@ -17,8 +21,11 @@ class CircuitBreaker {
  public:
   enum class State : uint8_t { kClosed = 0, kOpen = 1, kHalfOpen = 2 };
 
-  CircuitBreaker(uint32_t failure_threshold, int64_t cooldown_ms)
-      : threshold_(failure_threshold), cooldown_ns_(cooldown_ms * 1'000'000) {}
+  // probe_lease_ms <= 0: a probe slot is held until its outcome is reported.
+  CircuitBreaker(uint32_t failure_threshold, int64_t cooldown_ms, int64_t probe_lease_ms = 0)
+      : threshold_(failure_threshold),
+        cooldown_ns_(cooldown_ms * 1'000'000),
+        probe_lease_ns_(probe_lease_ms * 1'000'000) {}
 
   // Whether a request may go to the worker now; in half-open state this admits
   // the single probe (the caller must report its outcome).
@@ -29,11 +36,11 @@ class CircuitBreaker {
       case State::kOpen:
         if (now_ns < open_until_ns_) return false;
         state_ = State::kHalfOpen;
-        probe_in_flight_ = true;
+        TakeProbe(now_ns);
         return true;
       case State::kHalfOpen:
-        if (probe_in_flight_) return false;
-        probe_in_flight_ = true;
+        if (ProbeHeld(now_ns)) return false;
+        TakeProbe(now_ns);
         return true;
     }
     return true;
@@ -46,7 +53,7 @@ class CircuitBreaker {
       case State::kOpen:
         return now_ns >= open_until_ns_;
       case State::kHalfOpen:
-        return !probe_in_flight_;
+        return !ProbeHeld(now_ns);
     }
     return true;
   }
@@ -71,12 +78,22 @@ class CircuitBreaker {
   uint32_t consecutive_failures() const { return consecutive_failures_; }
 
  private:
+  void TakeProbe(int64_t now_ns) {
+    probe_in_flight_ = true;
+    probe_since_ns_ = now_ns;
+  }
+  bool ProbeHeld(int64_t now_ns) const {
+    return probe_in_flight_ && (probe_lease_ns_ <= 0 || now_ns < probe_since_ns_ + probe_lease_ns_);
+  }
+
   uint32_t threshold_;
   int64_t cooldown_ns_;
+  int64_t probe_lease_ns_;
   State state_ = State::kClosed;
   uint32_t consecutive_failures_ = 0;
   int64_t open_until_ns_ = 0;
   bool probe_in_flight_ = false;
+  int64_t probe_since_ns_ = 0;
 };
 
 }  // namespace infera::router

@@ -26,5 +26,31 @@ TEST(CircuitBreakerTest, OpensHalfOpensAndCloses) {
   EXPECT_TRUE(b.Allow(205 * ms));
 }
 
+TEST(CircuitBreakerTest, AnUnreportedProbeHoldsItsSlotOnlyForTheLease) {
+  // A probe whose outcome is never reported (an exception skipped the report) must not
+  // keep the worker out of rotation forever.
+  CircuitBreaker b(/*failure_threshold=*/1, /*cooldown_ms=*/100, /*probe_lease_ms=*/1000);
+  const int64_t ms = 1'000'000;
+  b.OnFailure(0);
+  EXPECT_TRUE(b.Allow(100 * ms));  // the probe; its report is lost
+  EXPECT_FALSE(b.WouldAllow(1099 * ms));
+  EXPECT_FALSE(b.Allow(1099 * ms));
+  EXPECT_TRUE(b.WouldAllow(1100 * ms));
+  EXPECT_TRUE(b.Allow(1100 * ms));   // the slot, taken anew
+  EXPECT_FALSE(b.Allow(1101 * ms));  // and held by the new probe for its own lease
+  b.OnSuccess();
+  EXPECT_EQ(b.state(), CircuitBreaker::State::kClosed);
+}
+
+TEST(CircuitBreakerTest, WithoutALeaseAProbeSlotWaitsForItsReport) {
+  CircuitBreaker b(/*failure_threshold=*/1, /*cooldown_ms=*/100);
+  const int64_t ms = 1'000'000;
+  b.OnFailure(0);
+  EXPECT_TRUE(b.Allow(100 * ms));
+  EXPECT_FALSE(b.Allow(1'000'000 * ms));
+  b.OnAbandoned();
+  EXPECT_TRUE(b.Allow(1'000'001 * ms));
+}
+
 }  // namespace
 }  // namespace infera::router

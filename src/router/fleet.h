@@ -38,10 +38,10 @@ struct FleetWorker {
   mutable std::atomic<bool> renders_differently{false};
 
   FleetWorker(discovery::WorkerRecord r, http::Endpoint ep, uint32_t breaker_failures,
-              int64_t breaker_cooldown_ms)
+              int64_t breaker_cooldown_ms, int64_t breaker_probe_lease_ms = 0)
       : record(std::move(r)),
         endpoint(std::move(ep)),
-        health(breaker_failures, breaker_cooldown_ms) {}
+        health(breaker_failures, breaker_cooldown_ms, breaker_probe_lease_ms) {}
 
   // Position of `target` in `targets` (targets.size() when absent).
   size_t RankIndex(core::TargetId target) const {

@@ -75,10 +75,13 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
         options_.approx.ttl_ns / 1e9, options_.approx.max_blocks);
   }
   workers_ = std::make_unique<WorkerSet>(
-      WorkerSetOptions{.kv_events = options_.kv_events,
-                       .kv_events_topic = options_.kv_events_topic,
-                       .breaker_failures = options_.breaker_failures,
-                       .breaker_cooldown_ms = options_.breaker_cooldown_ms},
+      WorkerSetOptions{
+          .kv_events = options_.kv_events,
+          .kv_events_topic = options_.kv_events_topic,
+          .breaker_failures = options_.breaker_failures,
+          .breaker_cooldown_ms = options_.breaker_cooldown_ms,
+          // A probe that ends on its own is reported by the request timeout at the latest.
+          .breaker_probe_lease_ms = options_.request_timeout_ms + options_.breaker_cooldown_ms},
       *events_, *planner_, *metrics_);
   encoder_ = std::make_unique<PromptEncoder>(
       PromptEncoderOptions{.max_tokenize_bytes = options_.max_tokenize_bytes,

@@ -27,8 +27,8 @@ namespace infera::router {
 
 class WorkerHealth {
  public:
-  WorkerHealth(uint32_t failure_threshold, int64_t cooldown_ms)
-      : breaker_(failure_threshold, cooldown_ms) {}
+  WorkerHealth(uint32_t failure_threshold, int64_t cooldown_ms, int64_t probe_lease_ms)
+      : breaker_(failure_threshold, cooldown_ms, probe_lease_ms) {}
   WorkerHealth(const WorkerHealth&) = delete;
   WorkerHealth& operator=(const WorkerHealth&) = delete;
 

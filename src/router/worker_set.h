@@ -33,6 +33,8 @@ struct WorkerSetOptions {
   std::string kv_events_topic;  // subscription prefix
   uint32_t breaker_failures = 5;
   int64_t breaker_cooldown_ms = 10'000;
+  // How long an unreported half-open probe holds its slot (CircuitBreaker).
+  int64_t breaker_probe_lease_ms = 610'000;
 };
 
 class WorkerSet {
