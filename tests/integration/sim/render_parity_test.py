@@ -16,6 +16,8 @@ Usage: render_parity_test.py BUILD_DIR TOKENIZER_DIR
 3. --render-parity-interval-s 0.2 (a second router): the diverged engine restarted on
    its port without the flag is "exact" again at the next probe; the first router, at
    the default 300 s, still shows "diverged".
+4. PD with --decode-input-demand shadow: the decode pick on a diverged worker counts
+   its input as estimated (infera_router_decode_demand_decisions_total{input=...}).
 Waits are bounded polls; no fixed sleeps.
 """
 import json
@@ -188,7 +190,35 @@ def main():
               "the cleared mark is logged")
         check(verdicts_of(base)[fleet.wid("diverged")] == "diverged",
               "the default router has not re-probed yet (every 300 s)")
+    test_decode_demand_estimates()
     print("all passed")
+
+
+def test_decode_demand_estimates():
+    """4. A diverged decode worker's counts are estimates for decode input demand
+    (--decode-input-demand shadow: the flag under test). Prefill and decode engines both
+    --render-differently (their prompts must agree with each other for the KV hand-off);
+    a chat the router tokenizes exactly is counted input="estimated" on them."""
+    with Processes() as procs:
+        pd = ["--pd-protocol", "sglang-bootstrap", "--tokenizer", TOKENIZER,
+              "--render-differently", "--speedup", "50"]
+        _, p = start_engine(procs, ENGINE, "pd-prefill", "--role", "prefill", *pd)
+        _, d = start_engine(procs, ENGINE, "pd-decode", "--role", "decode", *pd)
+        workers = [worker_flag(p) + ",disagg_mode=prefill,disagg_protocol=sglang-bootstrap,"
+                   f"bootstrap_host=127.0.0.1,bootstrap_port={p['bootstrap']}",
+                   worker_flag(d) + ",disagg_mode=decode,disagg_protocol=sglang-bootstrap"]
+        _, base = start_router(procs, ROUTER, workers, "--router-tokenizer-path", TOKENIZER,
+                               "--decode-input-demand", "shadow", name="router-pd")
+        poll(lambda: set(verdicts_of(base).values()) == {"diverged"},
+             "both PD workers are marked diverged")
+        post(base + "/v1/chat/completions", chat_body(3))
+        _, text, _ = http("GET", base + "/metrics")
+        decisions = [line for line in text.splitlines()
+                     if line.startswith("infera_router_decode_demand_decisions_total{")
+                     and not line.endswith(" 0")]
+        check(decisions == ['infera_router_decode_demand_decisions_total{mode="shadow",'
+                            'input="estimated",agrees="true"} 1'],
+              f"the decode pick counted the diverged worker's input as estimated ({decisions})")
 
 
 if __name__ == "__main__":
