@@ -53,6 +53,10 @@ int main(int argc, char** argv) {
                  "ZMQ ROUTER replay endpoint of rank 0 (empty: none)");
   app.add_option("--kv-events-topic", runner_options.topic, "topic frame of every message");
   app.add_option("--tokenizer", tokenizer_dir, "directory with tokenizer.json (+ chat template)");
+  bool render_differently = false;
+  app.add_flag("--render-differently", render_differently,
+               "fault: append one token to every prompt rendered or tokenized from text "
+               "(/tokenize too), so the router's render-parity probe sees it diverge");
   app.add_option("--dp-size", runner_options.dp_size, "data-parallel ranks")
       ->check(CLI::Range(1, 64));
   app.add_option("--etcd-endpoint", etcd_endpoint, "register in etcd (host:port)");
@@ -102,7 +106,8 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto tokenizer = infera::mock::PromptTokenizer::Load(tokenizer_dir);
+  server_options.sglang = engine_kind == "sglang";
+  auto tokenizer = infera::mock::PromptTokenizer::Load(tokenizer_dir, render_differently);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "infera-mock-engine: tokenizer: %s\n",
                  std::string(tokenizer.status().message()).c_str());

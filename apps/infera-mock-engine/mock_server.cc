@@ -5,6 +5,8 @@
 #include <deque>
 #include <nlohmann/json.hpp>
 
+#include "tokenize_handler.h"
+
 namespace infera::mock {
 namespace {
 
@@ -195,29 +197,18 @@ http::Awaitable<void> MockServer::Tokenize(http::Request& req, http::ResponseWri
     co_await SendError(w, 400, std::string(parsed.status().message()));
     co_return;
   }
-  const json& body = *parsed;
-  absl::StatusOr<std::vector<core::TokenId>> ids =
-      absl::InvalidArgumentError("give 'prompt' (a string) or 'messages' (an array)");
+  absl::StatusOr<json> out = absl::InvalidArgumentError(kWrongTypeMessage);
   try {
-    auto special = body.find("add_special_tokens");
-    if (body.contains("messages")) {
-      ids = tokenizer_.EncodeChat(body);
-    } else if (auto p = body.find("prompt"); p != body.end() && p->is_string()) {
-      const bool add = special == body.end() || !special->is_boolean() || special->get<bool>();
-      ids = tokenizer_.EncodeText(p->get<std::string>(), add);
-    }
+    out = TokenizeAnswer(*parsed, options_.sglang ? TokenizeShape::kSglang : TokenizeShape::kVllm,
+                         tokenizer_, options_.max_model_len);
   } catch (const json::exception&) {
-    ids = absl::InvalidArgumentError(kWrongTypeMessage);
+    out = absl::InvalidArgumentError(kWrongTypeMessage);
   }
-  if (!ids.ok()) {
-    co_await SendError(w, 400, std::string(ids.status().message()));
+  if (!out.ok()) {
+    co_await SendError(w, 400, std::string(out.status().message()));
     co_return;
   }
-  json out = json::object();
-  out["tokens"] = *ids;
-  out["count"] = ids->size();
-  out["max_model_len"] = options_.max_model_len;
-  co_await SendJson(w, 200, out);
+  co_await SendJson(w, 200, *out);
 }
 
 http::Awaitable<void> MockServer::Generate(http::Request& req, http::ResponseWriter& w, bool chat) {

@@ -8,8 +8,9 @@
 //        prompt_tokens_details.cached_tokens (as vLLM reports it). The DP rank is the
 //        X-Data-Parallel-Rank header or the body's data_parallel_rank, else the
 //        least loaded rank.
-//   POST /tokenize              {"prompt": "..."} or {"messages": [...], ...} (+
-//   add_special_tokens)
+//   POST /tokenize              vLLM: {"prompt": "..."} or {"messages": [...], ...};
+//                               SGLang (--engine sglang): {"prompt": "..."} only
+//                               (tokenize_handler.h)
 //                               -> {"tokens": [...], "count": N, "max_model_len": L}
 //   GET  /v1/models, /health, /metrics
 //   GET  /debug/kv-blocks       EngineRunner::DebugDump()
@@ -46,6 +47,7 @@ struct MockServerOptions {
   uint64_t die_after_requests = 0;  // 0: never
   uint64_t seed = 1;
   size_t max_model_len = 131072;
+  bool sglang = false;  // --engine sglang: /tokenize in SGLang's shape
 };
 
 class MockServer {

@@ -8,12 +8,26 @@ namespace infera::mock {
 struct PromptTokenizer::Impl {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::optional<chat::ChatTemplate> chat;
+  std::optional<core::TokenId> extra_token;  // --render-differently
+
+  std::vector<core::TokenId> Encode(const std::string& text, bool add_special_tokens) const {
+    std::vector<core::TokenId> out;
+    if (tokenizer) {
+      out = tokenizer->Encode(text, add_special_tokens);
+    } else {
+      out.reserve(text.size() + 1);
+      for (unsigned char c : text) out.push_back(static_cast<core::TokenId>(c) + 1);
+    }
+    if (extra_token) out.push_back(*extra_token);
+    return out;
+  }
 };
 
 PromptTokenizer::PromptTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PromptTokenizer::~PromptTokenizer() = default;
 
-absl::StatusOr<std::unique_ptr<PromptTokenizer>> PromptTokenizer::Load(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<PromptTokenizer>> PromptTokenizer::Load(const std::string& dir,
+                                                                       bool render_differently) {
   auto impl = std::make_unique<Impl>();
   if (!dir.empty()) {
     absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> t = tokenizer::Tokenizer::Load(dir);
@@ -22,6 +36,10 @@ absl::StatusOr<std::unique_ptr<PromptTokenizer>> PromptTokenizer::Load(const std
     absl::StatusOr<chat::ChatTemplate> c = chat::ChatTemplate::Load(dir);
     if (c.ok()) impl->chat = std::move(*c);
   }
+  if (render_differently) {
+    const std::vector<core::TokenId> newline = impl->Encode("\n", false);
+    impl->extra_token = newline.empty() ? 0 : newline.back();
+  }
   return std::unique_ptr<PromptTokenizer>(new PromptTokenizer(std::move(impl)));
 }
 
@@ -29,11 +47,7 @@ bool PromptTokenizer::has_tokenizer() const { return impl_->tokenizer != nullptr
 
 std::vector<core::TokenId> PromptTokenizer::EncodeText(const std::string& text,
                                                        bool add_special_tokens) const {
-  if (impl_->tokenizer) return impl_->tokenizer->Encode(text, add_special_tokens);
-  std::vector<core::TokenId> out;
-  out.reserve(text.size());
-  for (unsigned char c : text) out.push_back(static_cast<core::TokenId>(c) + 1);
-  return out;
+  return impl_->Encode(text, add_special_tokens);
 }
 
 absl::StatusOr<std::vector<core::TokenId>> PromptTokenizer::EncodeChat(
@@ -45,7 +59,7 @@ absl::StatusOr<std::vector<core::TokenId>> PromptTokenizer::EncodeChat(
   if (impl_->tokenizer && impl_->chat) {
     absl::StatusOr<std::string> rendered = impl_->chat->Render(body);
     if (!rendered.ok()) return rendered.status();
-    return impl_->tokenizer->Encode(*rendered, /*add_special_tokens=*/false);
+    return impl_->Encode(*rendered, /*add_special_tokens=*/false);
   }
   std::string text;
   for (const nlohmann::json& m : *messages) {

@@ -7,6 +7,11 @@
 // value + 1; chats rendered as "<|role|>\ncontent\n" per message) so the engine
 // still works on text, deterministically.
 //
+// render_differently (--render-differently, doc/render-parity.md): every prompt
+// rendered or tokenized from text gets one more token at its end (the id of "\n"),
+// as an engine whose template ends the generation prompt differently; token-id
+// prompts are left alone.
+//
 // Thread-safety: immutable after Load; all methods may run concurrently.
 #pragma once
 
@@ -23,7 +28,8 @@ namespace infera::mock {
 class PromptTokenizer {
  public:
   // dir empty: the byte-level fallback.
-  static absl::StatusOr<std::unique_ptr<PromptTokenizer>> Load(const std::string& dir);
+  static absl::StatusOr<std::unique_ptr<PromptTokenizer>> Load(const std::string& dir,
+                                                               bool render_differently = false);
   ~PromptTokenizer();
 
   std::vector<core::TokenId> EncodeText(const std::string& text, bool add_special_tokens) const;

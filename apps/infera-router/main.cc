@@ -122,6 +122,11 @@ int main(int argc, char** argv) {
   CLI::Option* seed_flag =
       app.add_option("--router-random-seed", random_seed,
                      "Seed of --router-policy random (default: from the OS, logged at start)");
+  double parity_interval_s = 300;
+  app.add_option("--render-parity-interval-s", parity_interval_s,
+                 "Re-probe every worker's /tokenize this often to check it renders chats like "
+                 "the router (workers are probed when discovered; 0: only then)")
+      ->capture_default_str();
   app.add_option("--discovery-backend", discovery_backend, "static | etcd")->capture_default_str();
   app.add_option("--etcd-endpoint", etcd_endpoint, "etcd endpoints host:port[,host:port]")
       ->capture_default_str();
@@ -254,6 +259,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   opt.approx.ttl_ns = static_cast<int64_t>(approx_ttl_s * 1e9);
+  if (!std::isfinite(parity_interval_s) || parity_interval_s > 1e9 ||
+      (parity_interval_s != 0 && !(parity_interval_s >= 0.01))) {
+    spdlog::error("--render-parity-interval-s must be 0 (only at discovery) or seconds >= 0.01");
+    return 2;
+  }
+  opt.render_parity.interval_ns = static_cast<int64_t>(parity_interval_s * 1e9);
   if (request_transport != "http") {
     spdlog::error("--request-transport must be http");
     return 2;

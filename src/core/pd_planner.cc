@@ -66,7 +66,7 @@ uint64_t PdPlanner::BestUncachedTokens(const RoutingInput& input,
   size_t chain_block_size = 0;
   for (TargetId t : prefill) {
     const size_t bs = index_.BlockSize(t);
-    if (bs == 0) continue;
+    if (bs == 0 || !input.OverlapTrusted(t)) continue;  // an untrusted view holds nothing
     if (bs != chain_block_size) {
       chain_.clear();
       AppendChain(*input.tokens, bs, 0, chain_);

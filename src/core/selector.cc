@@ -243,9 +243,10 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
     const size_t i = (start + k) % n;
     const TargetId t = candidates[i];
     const MatchCounts& m = matches_[i];
-    // Image requests do not trust text overlap: nothing is credited.
+    // Image requests do not trust text overlap, nor does anyone a target that renders
+    // differently: nothing is credited.
     const double credited =
-        use_tokens
+        use_tokens && input.OverlapTrusted(t)
             ? predictions_.Trust(t) * (m.device_hits + config_.host_hit_weight * m.host_hits +
                                        config_.disk_hit_weight * m.disk_hits)
             : 0.0;

@@ -8,7 +8,9 @@
 //      credited_hits = trust(t) × (device hits + host_hit_weight × host hits
 //                      + disk_hit_weight × disk hits) (consecutive prefix, KvIndex);
 //      trust(t) = PredictionTracker::Trust: 1, less for a target whose predicted
-//      hits drift from what its engine reports.
+//      hits drift from what its engine reports; 0 for a target listed in
+//      RoutingInput::overlap_untrusted (render parity diverged): its cost is then a
+//      cold target's, w × request_blocks + load, so its view's hits draw nothing.
 //      load(t) = LoadState::Load(t, request_blocks): --load-term work (default):
 //        pending prefill blocks + KV pressure; spec: active blocks + recent blocks.
 //    Requests without token ids have no cache term (w_overlap = 0).
@@ -105,6 +107,16 @@ struct RoutingInput {
   size_t estimated_tokens = 0;
   // ImageKey() of each image/audio/document reference the request carries.
   std::span<const uint64_t> image_keys;
+  // Targets whose KV overlap is not trusted (their worker renders prompts differently,
+  // doc/render-parity.md): none of their cached blocks is credited. Usually empty.
+  std::span<const TargetId> overlap_untrusted;
+
+  bool OverlapTrusted(TargetId t) const {
+    for (TargetId u : overlap_untrusted) {
+      if (u == t) return false;
+    }
+    return true;
+  }
 };
 
 struct PickResult {

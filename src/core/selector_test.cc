@@ -585,6 +585,44 @@ TEST_F(SelectorTest, ADriftingTargetsOverlapIsTrustedLess) {
   EXPECT_FALSE(s.predictions().Get(w0_).drifting);
 }
 
+TEST_F(SelectorTest, OverlapUntrustedTargetIsNotCredited) {
+  // Render parity (doc/render-parity.md): W0 renders differently. Its view holds the
+  // whole prompt, W1's half of it; W0's hits are not credited, so the repeat goes to
+  // W1, and W0 costs exactly what a cold target would (w x request_blocks + load).
+  Selector& s = Make(Config(1.0));
+  index_.InsertRouterHashes(w0_, std::span(chain_), Tier::kDevice);
+  index_.InsertRouterHashes(w1_, std::span(chain_).first(5), Tier::kDevice);
+  const TargetId cands[] = {w0_, w1_};
+  auto trusted = s.Pick(Input(), cands);
+  ASSERT_TRUE(trusted.ok());
+  EXPECT_EQ(trusted->picked, w0_);  // control: trusted, the full holder wins
+  EXPECT_DOUBLE_EQ(trusted->costs[0], 0);
+  trusted->guard.Release();
+
+  const TargetId untrusted[] = {w0_};
+  RoutingInput in = Input();
+  in.overlap_untrusted = untrusted;
+  auto pick = s.Pick(in, cands);
+  ASSERT_TRUE(pick.ok());
+  EXPECT_EQ(pick->picked, w1_);
+  EXPECT_DOUBLE_EQ(pick->costs[0], 1.0 * 10);  // idle: load 0
+  EXPECT_DOUBLE_EQ(pick->costs[1], 1.0 * (10 - 5));
+  pick->guard.Release();
+
+  // Not a free pass either: with nothing cached anywhere else, W0 is a cold target
+  // like W1 (equal cost at equal load), not cheaper for lacking an overlap term.
+  index_.RemoveTarget(w1_);
+  s.RemoveTarget(w1_);
+  const TargetId w2 = index_.AddTarget({"w2:8000", 0}, kBlock);
+  const TargetId cold[] = {w0_, w2};
+  auto tie = s.Pick(in, cold);
+  ASSERT_TRUE(tie.ok());
+  EXPECT_DOUBLE_EQ(tie->costs[0], tie->costs[1]);
+  EXPECT_DOUBLE_EQ(tie->costs[0], 10.0);
+  // The pick log still reports what the view holds, with the request's weight.
+  EXPECT_EQ(tie->w_overlap, 1.0);
+}
+
 TEST_F(SelectorTest, DefaultImageAffinityHoldsForLongPrompts) {
   // A 100-block prompt with an image: the repeat goes back to the target holding the
   // image although the first request missed 100 blocks there.

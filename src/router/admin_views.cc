@@ -39,6 +39,7 @@ std::string AdminViews::WorkersJson() const {
   for (const auto& w : *workers_.Snapshot()) {
     json j = discovery::WorkerRecordToJson(w->record);
     j["breaker_state"] = kBreaker[static_cast<int>(w->health.state())];
+    j["render_parity"] = RenderParityName(w->render_parity.load(std::memory_order_relaxed));
     json ranks = json::array();
     const std::vector<size_t> active = planner_.ActiveBlocks(*w);
     const std::vector<core::PredictionStats> predictions = planner_.Predictions(*w);
@@ -180,6 +181,14 @@ std::string AdminViews::MetricsText() const {
   for (const auto& w : *fleet) {
     out += "infera_router_worker_breaker_state{" + MetricLabel("worker_id", w->record.worker_id) +
            "} " + std::to_string(static_cast<int>(w->health.state())) + "\n";
+  }
+  RenderHeader(out, "infera_router_render_parity", "gauge",
+               "1 while the worker counts as rendering like the router (exact, unsupported or "
+               "not checked), 0 while its render parity diverged.");
+  for (const auto& w : *fleet) {
+    const bool exact = CountsAsExact(w->render_parity.load(std::memory_order_relaxed));
+    out += "infera_router_render_parity{" + MetricLabel("worker_id", w->record.worker_id) + "} " +
+           (exact ? "1" : "0") + "\n";
   }
   RenderPredictions(out, *fleet);
   RenderHeader(out, "infera_router_pending_pick_guards", "gauge",

@@ -4,7 +4,7 @@
 //                                   "starting" while the KV views are rebuilt
 //                                   (ready_after_replay, doc/nats-transport.md)
 //   /v1/models                      the models the fleet serves
-//   /v1/workers                     records + breaker state + active blocks and
+//   /v1/workers                     records + breaker state + render_parity + active blocks and
 //                                   prediction error per rank (prediction_drifting)
 //   /v1/admin/cache-view/{id}       {"worker_id","dp_rank","block_count"}
 //   /metrics                        RouterMetrics + fleet gauges + KV-event counters

@@ -19,6 +19,7 @@
 #include "core/types.h"
 #include "discovery/worker_record.h"
 #include "http/url.h"
+#include "router/render_parity.h"
 #include "router/worker_health.h"
 
 namespace infera::router {
@@ -32,9 +33,11 @@ struct FleetWorker {
   mutable WorkerHealth health;
   // Set (under the pick mutex) when discovery removed the worker.
   mutable std::atomic<bool> retired{false};
-  // Render parity diverged: the router's token counts are estimates for this worker
-  // (decode input demand's `input="estimated"`). Nothing sets it until render parity
-  // is built; false counts as exact (spec: an unchecked worker counts as exact).
+  // Render parity (doc/render-parity.md), written by RenderParityProber: the last
+  // verdict, and whether it is `diverged`: then the router's token counts are
+  // estimates for this worker (decode input demand's `input="estimated"`) and its KV
+  // overlap is not credited. Unchecked (unknown) counts as exact.
+  mutable std::atomic<RenderParity> render_parity{RenderParity::kUnknown};
   mutable std::atomic<bool> renders_differently{false};
 
   FleetWorker(discovery::WorkerRecord r, http::Endpoint ep, uint32_t breaker_failures,

@@ -64,11 +64,14 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     absl::MutexLock lock(&mu_);
     candidates_.clear();
     owners_.clear();
+    untrusted_.clear();
     for (const auto& wk : fleet) {
       if (!Admits(*wk, ctx, history, pick_start_ns, /*mixed_only=*/true)) continue;
+      const bool untrusted = wk->renders_differently.load(std::memory_order_relaxed);
       for (core::TargetId t : wk->targets) {
         candidates_.push_back(t);
         owners_.push_back(wk.get());
+        if (untrusted) untrusted_.push_back(t);
       }
     }
     if (candidates_.empty()) return absl::NotFoundError("");
@@ -83,6 +86,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     if (ctx.tokens) input.tokens = std::span<const core::TokenId>(*ctx.tokens);
     input.estimated_tokens = ctx.api.estimated_tokens;
     input.image_keys = ctx.api.image_keys;
+    input.overlap_untrusted = untrusted_;
     size_t block_size = 0;
     if (approx_) approx_->Expire(pick_start_ns);
     auto picked = index_.WithIndex([&](const core::KvIndex& index) {
@@ -142,12 +146,15 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     absl::MutexLock lock(&mu_);
     pd_candidates_.clear();
     owners_.clear();
+    untrusted_.clear();
     for (const auto& wk : fleet) {
       if (!Admits(*wk, ctx, history, pick_start_ns, /*mixed_only=*/false)) continue;
       const auto mode = static_cast<core::Role>(static_cast<uint8_t>(wk->record.disagg_mode));
+      const bool untrusted = wk->renders_differently.load(std::memory_order_relaxed);
       for (core::TargetId t : wk->targets) {
         pd_candidates_.push_back({t, mode, wk->record.disagg_protocol});
         owners_.push_back(wk.get());
+        if (untrusted) untrusted_.push_back(t);
       }
     }
     if (pd_candidates_.empty()) return absl::NotFoundError("");
@@ -157,6 +164,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     if (ctx.tokens) input.tokens = std::span<const core::TokenId>(*ctx.tokens);
     input.estimated_tokens = ctx.api.estimated_tokens;
     input.image_keys = ctx.api.image_keys;
+    input.overlap_untrusted = untrusted_;
     if (approx_) approx_->Expire(pick_start_ns);
     if (demand_mode_ != core::DemandMode::kOff) demand_.Begin(ctx);
     auto planned = index_.WithIndex(

@@ -132,6 +132,8 @@ class PickPlanner {
   std::vector<core::TargetId> candidates_ ABSL_GUARDED_BY(mu_);
   std::vector<const FleetWorker*> owners_ ABSL_GUARDED_BY(mu_);
   std::vector<core::PdCandidate> pd_candidates_ ABSL_GUARDED_BY(mu_);
+  // Candidates of workers whose render parity diverged: overlap not credited.
+  std::vector<core::TargetId> untrusted_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ApproxRecorder> approx_ ABSL_GUARDED_BY(mu_);  // null: mode off
   // --session-affinity: narrows each pool to the session's bound target (PD: the
   // planner's pin seam), records the picks.

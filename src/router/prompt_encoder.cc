@@ -62,6 +62,18 @@ PromptEncoder::Tokens PromptEncoder::EncodeText(ApiKind kind, const std::string&
   return encoder_->Encode(*rendered);
 }
 
+std::optional<ProbeRendering> PromptEncoder::RenderProbe() const {
+  if (!encoder_ || !template_) return std::nullopt;
+  absl::StatusOr<std::string> rendered = template_->RenderJson(ProbeChatBody());
+  if (!rendered.ok()) {
+    spdlog::warn("render parity: the chat template fails on the probe: {}",
+                 rendered.status().ToString());
+    return std::nullopt;
+  }
+  std::vector<core::TokenId> ids = encoder_->Encode(*rendered);
+  return ProbeRendering{*std::move(rendered), std::move(ids)};
+}
+
 http::Awaitable<void> PromptEncoder::Encode(
     RequestContext& ctx, const std::optional<simdjson::dom::element>& dom) const {
   ctx.tokens = std::move(ctx.api.prompt_tokens);

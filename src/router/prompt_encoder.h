@@ -16,8 +16,9 @@
 // never wait behind them; when the pool already has kMaxQueuedPerThread jobs per
 // thread waiting, the estimate is used instead of queueing.
 //
-// Next (render-parity probes, several template variants): one rendering per variant
-// lands here, the pick chooses among them.
+// RenderProbe() renders the render-parity probe the same way (doc/render-parity.md).
+// Next (several template variants): one rendering per variant lands here, the pick
+// chooses among them.
 //
 // Thread-safety: Load() once before serving; Encode() from any loop (the
 // prefix-caching encoder locks internally; the pool's jobs only read the tokenizer
@@ -32,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "http/asio.h"
+#include "router/render_parity.h"
 #include "router/request_context.h"
 #include "router/router_metrics.h"
 #include "simdjson.h"
@@ -73,6 +75,10 @@ class PromptEncoder {
   // it lives in this thread's parser). Suspends only for a prompt sent to the pool.
   http::Awaitable<void> Encode(RequestContext& ctx,
                                const std::optional<simdjson::dom::element>& dom) const;
+
+  // The probe conversation (ProbeChatBody) rendered and tokenized as a chat request
+  // is; nullopt without a tokenizer and chat template, or when the template fails on it.
+  std::optional<ProbeRendering> RenderProbe() const;
 
  private:
   using Tokens = std::optional<std::vector<core::TokenId>>;

@@ -89,6 +89,11 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
       *metrics_);
   upstream_ = env.upstream ? env.upstream(*pool_, *clock_)
                            : std::make_unique<HttpUpstream>(*pool_, *clock_);
+  parity_ = std::make_unique<RenderParityProber>(options_.render_parity, *pool_, *upstream_,
+                                                 *clock_, *workers_, *metrics_);
+  workers_->set_on_added([parity = parity_.get()](std::shared_ptr<const FleetWorker> w) {
+    parity->OnAdded(std::move(w));
+  });
   mixed_dispatcher_ =
       std::make_unique<MixedDispatcher>(options_.max_attempts, options_.request_timeout_ms,
                                         *workers_, *planner_, *upstream_, *clock_, *metrics_);
@@ -110,6 +115,7 @@ Router::~Router() {
 
 absl::Status Router::Start() {
   if (absl::Status s = encoder_->Load(options_.tokenizer_path); !s.ok()) return s;
+  parity_->Start(encoder_->RenderProbe());
   http::ServerOptions sopt = options_.server;
   sopt.error_body = &ApiFront::ServerErrorBody;
   server_ = std::make_unique<http::Server>(

@@ -35,6 +35,7 @@
 #include "http/server.h"
 #include "router/decode_demand_routing.h"
 #include "router/pd_options.h"
+#include "router/render_parity_prober.h"
 #include "router/upstream.h"
 
 namespace infera::router {
@@ -78,6 +79,8 @@ struct RouterOptions {
   DemandOptions demand;  // --decode-input-demand, --decode-request-weight
   // --session-affinity, --session-affinity-max-sessions, --session-affinity-ttl-s
   core::SessionConfig sessions;
+  // --render-parity-interval-s (doc/render-parity.md): interval_ns 0 = at discovery only.
+  RenderParityOptions render_parity;
 };
 
 // What the router takes from its environment; the defaults are the real ones.
@@ -139,6 +142,7 @@ class Router {
   std::unique_ptr<AdminViews> views_;
   std::unique_ptr<RequestIds> ids_;
   std::unique_ptr<ApiFront> front_;
+  std::unique_ptr<RenderParityProber> parity_;
   std::unique_ptr<http::Server> server_;
   bool started_ = false;
 };

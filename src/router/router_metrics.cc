@@ -117,6 +117,7 @@ void RouterMetrics::Render(std::string& out) const {
   local_errors_total_.Render(out);
   prompts_estimated_total_.Render(out);
   demand_decisions_total_.Render(out);
+  render_parity_probes_total_.Render(out);
   pick_cache_hits_.Render(out);
   pick_request_blocks_.Render(out);
   request_duration_.Render(out);

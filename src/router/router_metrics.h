@@ -60,6 +60,11 @@ class RouterMetrics {
   // demand decision (mode shadow|on; input exact|estimated; the suggestion matched
   // the original policy's choice).
   void CountDemandDecision(core::DemandMode mode, bool estimated, bool agrees);
+  // infera_router_render_parity_probes_total{outcome}: one render-parity probe
+  // (outcome: exact, diverged, unsupported, error; doc/render-parity.md).
+  void CountRenderParityProbe(const char* outcome) {
+    render_parity_probes_total_.Add(MetricLabel("outcome", outcome));
+  }
 
   PdMetrics& pd() { return pd_; }
   SessionMetrics& sessions() { return sessions_; }
@@ -91,6 +96,10 @@ class RouterMetrics {
       "infera_router_decode_demand_decisions_total",
       "Decode input-demand decisions, by mode, input count (exact or estimated) and whether "
       "the suggestion agreed with the original policy."};
+  CounterFamily render_parity_probes_total_{
+      "infera_router_render_parity_probes_total",
+      "Render-parity probes of workers' /tokenize, by outcome (exact, diverged, unsupported, "
+      "error)."};
   HistogramFamily pick_cache_hits_{"infera_router_pick_cache_hits",
                                    "Cache-hit blocks of the picked target.",
                                    {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}};

@@ -56,8 +56,9 @@ void WorkerSet::Add(const discovery::WorkerRecord& record) {
   spdlog::info("worker added: {} url={} model={} mode={} ranks={}", record.worker_id, record.url,
                record.model_name, core::RoleName(static_cast<core::Role>(record.disagg_mode)),
                w->targets.size());
-  workers_.push_back(std::move(w));
+  workers_.push_back(w);
   Publish();
+  if (on_added_) on_added_(std::move(w));  // only posts work: safe under mu_
 }
 
 void WorkerSet::Remove(const std::string& worker_id) {

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -50,6 +51,11 @@ class WorkerSet {
   void Update(const discovery::WorkerRecord& record) ABSL_LOCKS_EXCLUDED(mu_);
   void Remove(const std::string& worker_id) ABSL_LOCKS_EXCLUDED(mu_);
   discovery::DiscoveryCallbacks Callbacks();
+  // Called with each worker Add publishes (under the set's lock: it must not call
+  // back into the set), e.g. to post a probe of it. REQUIRES: set before the first Add.
+  void set_on_added(std::function<void(std::shared_ptr<const FleetWorker>)> fn) {
+    on_added_ = std::move(fn);
+  }
 
   // The current fleet; never null.
   std::shared_ptr<const Fleet> Snapshot() const {
@@ -70,6 +76,7 @@ class WorkerSet {
   absl::Mutex mu_;  // serialises changes; never held by a request
   Fleet workers_ ABSL_GUARDED_BY(mu_);
   std::atomic<std::shared_ptr<const Fleet>> snapshot_;
+  std::function<void(std::shared_ptr<const FleetWorker>)> on_added_;
 };
 
 }  // namespace infera::router
