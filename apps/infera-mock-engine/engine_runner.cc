@@ -1,6 +1,7 @@
 #include "engine_runner.h"
 
 #include <chrono>
+#include <cstdlib>
 
 #include "core/clock.h"
 
@@ -47,27 +48,78 @@ EngineRunner::EngineRunner(const RunnerOptions& options)
                       : static_cast<uint32_t>(core::Random(options.kv_events_hash_seed).Next()) |
                             1u) {}
 
+namespace {
+
+// "tcp://host:0" (or ":*"): the OS picks the port.
+bool AnyPort(const std::string& endpoint) {
+  return endpoint.rfind("tcp://", 0) == 0 && (endpoint.ends_with(":0") || endpoint.ends_with(":*"));
+}
+
+// The endpoint with its port replaced (REQUIRES: a tcp endpoint with a port).
+std::string WithPort(const std::string& endpoint, uint32_t port) {
+  return endpoint.substr(0, endpoint.rfind(':') + 1) + std::to_string(port);
+}
+
+uint32_t BoundPort(const std::string& bound) {
+  return static_cast<uint32_t>(std::strtoul(bound.c_str() + bound.rfind(':') + 1, nullptr, 10));
+}
+
+}  // namespace
+
+// One publisher per rank, rank r on the configured ports + r (events and replay).
+// With an OS-picked port and several ranks, rank 0 takes what the OS gives (P) and
+// rank r binds P + r; when one of those is taken, every socket is closed and a new
+// P is tried, so the ranks always sit on consecutive ports as a router derives them.
+absl::StatusOr<std::vector<std::unique_ptr<events::EventPublisher>>> EngineRunner::RankPublishers(
+    const RunnerOptions& options) {
+  const bool pick_events = options.dp_size > 1 && AnyPort(options.events_endpoint);
+  const bool pick_replay = options.dp_size > 1 && AnyPort(options.replay_endpoint);
+  constexpr int kAttempts = 50;
+  absl::Status last;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    std::vector<std::unique_ptr<events::EventPublisher>> out;
+    for (uint32_t r = 0; r < options.dp_size; ++r) {
+      events::PublisherOptions po;
+      po.pub_endpoint =
+          r > 0 && pick_events
+              ? WithPort(options.events_endpoint, BoundPort(out[0]->pub_endpoint()) + r)
+              : events::OffsetEndpointPort(options.events_endpoint, r);
+      if (!options.replay_endpoint.empty()) {
+        po.replay_endpoint =
+            r > 0 && pick_replay
+                ? WithPort(options.replay_endpoint, BoundPort(out[0]->replay_endpoint()) + r)
+                : events::OffsetEndpointPort(options.replay_endpoint, r);
+      }
+      po.topic = options.topic;
+      po.shape = options.shape;
+      absl::StatusOr<std::unique_ptr<events::EventPublisher>> pub =
+          events::EventPublisher::Create(po);
+      if (!pub.ok()) {
+        last = pub.status();
+        break;
+      }
+      out.push_back(std::move(*pub));
+    }
+    if (out.size() == options.dp_size) return out;
+    if (!pick_events && !pick_replay) break;  // fixed ports: trying again binds the same
+  }
+  return last;
+}
+
 absl::StatusOr<std::unique_ptr<EngineRunner>> EngineRunner::Create(const RunnerOptions& options) {
   if (options.dp_size == 0 || options.dp_size > 64) {
     return absl::InvalidArgumentError("--dp-size must be in 1..64");
   }
   std::unique_ptr<EngineRunner> runner(new EngineRunner(options));
+  absl::StatusOr<std::vector<std::unique_ptr<events::EventPublisher>>> publishers =
+      RankPublishers(options);
+  if (!publishers.ok()) return publishers.status();
   for (uint32_t r = 0; r < options.dp_size; ++r) {
     auto rank = std::make_unique<Rank>();
     rank->index = r;
     rank->engine = std::make_unique<sim::Engine>(options.engine);
     rank->rng = core::Random(options.seed * 1000003 + r);
-    events::PublisherOptions po;
-    po.pub_endpoint = events::OffsetEndpointPort(options.events_endpoint, r);
-    if (!options.replay_endpoint.empty()) {
-      po.replay_endpoint = events::OffsetEndpointPort(options.replay_endpoint, r);
-    }
-    po.topic = options.topic;
-    po.shape = options.shape;
-    absl::StatusOr<std::unique_ptr<events::EventPublisher>> pub =
-        events::EventPublisher::Create(po);
-    if (!pub.ok()) return pub.status();
-    rank->publisher = std::move(*pub);
+    rank->publisher = std::move((*publishers)[r]);
     runner->ranks_.push_back(std::move(rank));
   }
   for (auto& rank : runner->ranks_) {

@@ -5,8 +5,9 @@
 // Each rank's thread loops: wait for work; Step() the engine under the rank's
 // mutex; sleep the step's duration (the timing model, --speedup applied); then
 // publish the step's KV events as one batch on the rank's EventPublisher (PUB on
-// the configured port + rank, replay ROUTER on its port + rank) and hand the
-// step's tokens to the requests' callbacks.
+// the configured port + rank, replay ROUTER on its port + rank; with port 0, rank 0
+// gets an OS-picked port P and rank r binds P + r) and hand the step's tokens to
+// the requests' callbacks. With dp_size > 1 each batch carries its rank.
 //
 // Fault injection (tests): drop a fraction of event batches from the live stream
 // (they stay in the replay buffer, so a subscriber sees a gap it can repair),
@@ -94,6 +95,8 @@ class EngineRunner {
  private:
   struct Rank;
   explicit EngineRunner(const RunnerOptions& options);
+  static absl::StatusOr<std::vector<std::unique_ptr<events::EventPublisher>>> RankPublishers(
+      const RunnerOptions& options);
   void Loop(Rank* rank);
   void Publish(Rank* rank, const std::vector<sim::KvEvent>& events);
 

@@ -1,5 +1,6 @@
 #include "mock_server.h"
 
+#include <charconv>
 #include <cstdlib>
 #include <ctime>
 #include <deque>
@@ -222,6 +223,7 @@ http::Awaitable<void> MockServer::Generate(http::Request& req, http::ResponseWri
   size_t max_tokens = 16;
   bool stream = false, include_usage = false;
   std::optional<uint32_t> rank;
+  std::string bad_rank;
   try {
     if (chat) {
       prompt = tokenizer_.EncodeChat(body);
@@ -245,12 +247,24 @@ http::Awaitable<void> MockServer::Generate(http::Request& req, http::ResponseWri
       auto iu = so->find("include_usage");
       include_usage = iu != so->end() && iu->is_boolean() && iu->get<bool>();
     }
-    std::string rank_text(req.headers.Get("X-Data-Parallel-Rank"));
+    // The rank: X-Data-Parallel-Rank (vLLM's header), else the body's
+    // data_parallel_rank (SGLang's field); anything but a rank number is a 400.
+    const std::string_view rank_text = req.headers.Get("X-Data-Parallel-Rank");
+    auto r = body.find("data_parallel_rank");
     if (!rank_text.empty()) {
-      rank = static_cast<uint32_t>(std::strtoul(rank_text.c_str(), nullptr, 10));
-    } else if (auto r = body.find("data_parallel_rank");
-               r != body.end() && r->is_number_unsigned()) {
-      rank = r->get<uint32_t>();
+      uint32_t v = 0;
+      auto [end, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), v);
+      if (ec == std::errc() && end == rank_text.data() + rank_text.size()) {
+        rank = v;
+      } else {
+        bad_rank = "X-Data-Parallel-Rank must be a non-negative integer";
+      }
+    } else if (r != body.end() && !r->is_null()) {
+      if (r->is_number_unsigned() && r->get<uint64_t>() <= UINT32_MAX) {
+        rank = r->get<uint32_t>();
+      } else {
+        bad_rank = "'data_parallel_rank' must be a non-negative integer";
+      }
     }
   } catch (const json::exception&) {
     prompt = absl::InvalidArgumentError(kWrongTypeMessage);
@@ -261,6 +275,10 @@ http::Awaitable<void> MockServer::Generate(http::Request& req, http::ResponseWri
   }
   if (prompt->empty()) {
     co_await SendError(w, 400, "the prompt is empty");
+    co_return;
+  }
+  if (!bad_rank.empty()) {
+    co_await SendError(w, 400, bad_rank);
     co_return;
   }
   if (rank.has_value() && *rank >= runner_.dp_size()) {

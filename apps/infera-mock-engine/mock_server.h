@@ -7,7 +7,7 @@
 //        stream_options.include_usage; usage carries
 //        prompt_tokens_details.cached_tokens (as vLLM reports it). The DP rank is the
 //        X-Data-Parallel-Rank header or the body's data_parallel_rank, else the
-//        least loaded rank.
+//        least loaded rank; a rank that is not a number, or not below --dp-size, is 400.
 //   POST /tokenize              vLLM: {"prompt": "..."} or {"messages": [...], ...};
 //                               SGLang (--engine sglang): {"prompt": "..."} only
 //                               (tokenize_handler.h)

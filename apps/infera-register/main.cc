@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
                  "vllm-mooncake prefill: bootstrap server host:port (default: url host:8998)");
   app.add_option("--engine-id", engine_id, "vllm-mooncake prefill: kv_transfer_config.engine_id");
   app.add_option("--kv-events-endpoint", kv_events_endpoint,
-                 "ZMQ PUB endpoint of rank dp_rank's KV events, tcp://host:port");
+                 "ZMQ PUB endpoint of rank 0's KV events, tcp://host:port (rank r: port + r)");
   app.add_option("--kv-replay-endpoint", kv_replay_endpoint, "ZMQ ROUTER replay endpoint");
   app.add_option("--kv-block-size", kv_block_size, "KV block (page) size")->capture_default_str();
   app.add_option("--dp-rank", dp_rank, "first data-parallel rank")->capture_default_str();

@@ -42,7 +42,7 @@ TEST(KvIndexTest, TargetsGetDenseReusedIds) {
   EXPECT_EQ(index.AddTarget({"a:1", 0}, 32), a);  // idempotent, block size updated
   EXPECT_EQ(index.BlockSize(a), 32u);
   EXPECT_EQ(index.FindTarget({"a:1", 1}), b);
-  EXPECT_EQ(index.Key(b).ToString(), "a:1#1");
+  EXPECT_EQ(index.Key(b).ToString(), "a:1#dp1");
   index.RemoveTarget(a);
   EXPECT_FALSE(index.FindTarget({"a:1", 0}).has_value());
   EXPECT_EQ(index.Targets(), std::vector<TargetId>{b});

@@ -124,7 +124,7 @@ struct PickResult {
   Role role = Role::kMixed;
   std::string request_id;
   TargetId picked = 0;
-  std::string picked_name;  // TargetKey::ToString() of `picked`
+  std::string picked_name;  // TargetKey::ToString() of `picked` (the router shows TargetName)
   // The picked target's consecutive-prefix hits, all tiers (cache_hits) and split.
   uint32_t cache_hits = 0;
   MatchCounts hits;

@@ -26,11 +26,18 @@ struct TargetKey {
   uint32_t dp_rank = 0;
 
   friend bool operator==(const TargetKey&, const TargetKey&) = default;
-  // "worker_id" for rank 0, "worker_id#rank" otherwise (used in logs and metrics).
+  // "worker_id" for rank 0, "worker_id#dp<rank>" otherwise (used in logs and metrics).
   std::string ToString() const {
-    return dp_rank == 0 ? worker_id : worker_id + "#" + std::to_string(dp_rank);
+    return dp_rank == 0 ? worker_id : worker_id + "#dp" + std::to_string(dp_rank);
   }
 };
+
+// The shown name of a target of a worker with `dp_size` ranks: "worker_id#dp<rank>"
+// for every rank when dp_size > 1 (rank 0 too), else key.ToString().
+inline std::string TargetName(const TargetKey& key, uint32_t dp_size) {
+  if (dp_size <= 1) return key.ToString();
+  return key.worker_id + "#dp" + std::to_string(key.dp_rank);
+}
 
 // Storage tier of a cached block. vLLM/SGLang `medium`: GPU -> kDevice;
 // CPU, CPU_PINNED, CPU_TIER1 -> kHost; CPU_TIER2, DISK, NVME -> kDisk.

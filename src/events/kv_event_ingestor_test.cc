@@ -188,6 +188,34 @@ TEST(KvEventIngestor, RemovedTargetLeavesTheIndex) {
   ing.RemoveTarget({"engine:1", 0});  // unknown: ignored
 }
 
+// Two ranks of one worker that read the same stream (doc/data-parallel.md): a batch
+// tagged with rank 1 lands in rank 1's view only, whichever stream it came on.
+TEST(KvEventIngestor, BatchLandsInTheViewOfItsOwnRank) {
+  auto pub = MakePublisher();
+  FakeEngineCache engine({.seed = 11, .capacity_blocks = 512});
+  KvEventIngestor ing;
+  IngestTarget rank0 = TargetFor(*pub), rank1 = TargetFor(*pub);
+  rank1.key.dp_rank = 1;
+  const core::TargetId id0 = ing.AddTarget(rank0), id1 = ing.AddTarget(rank1);
+  auto seen_by_both = [&](uint64_t seq) {
+    auto st = ing.TargetStatuses();
+    return st.size() == 2 && st[0].last_seq == seq && st[1].last_seq == seq;
+  };
+  uint64_t last = 0;
+  int polls = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    if (polls++ % kRepublishPolls == 0) {
+      EventBatch b = engine.NextBatch();
+      b.dp_rank = 1;
+      last = pub->Publish(b);
+    }
+    return seen_by_both(last);
+  }));
+  EXPECT_EQ(View(ing, id1), engine.TruthRouterHashes());
+  EXPECT_FALSE(View(ing, id1).empty());
+  EXPECT_TRUE(View(ing, id0).empty());
+}
+
 std::optional<uint64_t> LastSeqOf(const KvEventIngestor& ing, const std::string& host) {
   for (const auto& st : ing.TargetStatuses()) {
     if (st.key.worker_id == host) return st.last_seq;

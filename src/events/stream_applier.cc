@@ -18,6 +18,18 @@ bool StreamApplier::Apply(StreamState& s, const StreamTargetRef& target, uint64_
                  std::string(decoded.message()));
     return false;
   }
+  // A batch names its DP rank (doc/data-parallel.md): one of another rank never goes
+  // into this rank's view (that rank's own stream carries it).
+  if (s.scratch.dp_rank && *s.scratch.dp_rank != static_cast<int64_t>(target.spec.key.dp_rank)) {
+    if (!s.rank_mismatch) {
+      s.rank_mismatch = true;
+      spdlog::warn(
+          "kv events: {} received a batch of DP rank {}: not applied to this rank's view "
+          "(is the record's dp_rank or kv_events_endpoint right?)",
+          target.spec.key.ToString(), *s.scratch.dp_rank);
+    }
+    return true;
+  }
   const bool was_complete = s.complete || stream_start;
   ApplyStats stats;
   bool inconsistent = false;

@@ -6,6 +6,7 @@
 //   - advances the sequence tracker to `seq`,
 //   - decodes the payload outside the lock (a bad payload is counted, logged and never
 //     partly applied: the caller resyncs),
+//   - skips a batch whose DP rank is another than the target's (logged once),
 //   - applies it under the index's exclusive lock unless the target is gone (`alive`,
 //     guarded by the same lock, is false),
 //   - clears the view when a BlockStored names a parent a complete view must know,
@@ -35,6 +36,7 @@ struct StreamState {
   DecodedBatch scratch;
   bool complete = false;
   bool block_size_mismatch = false;
+  bool rank_mismatch = false;  // a batch of another DP rank was seen (logged once)
 };
 
 // One target's place in the index.

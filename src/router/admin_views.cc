@@ -48,6 +48,7 @@ std::string AdminViews::WorkersJson() const {
       const core::PredictionStats& p = predictions[r];
       drifting = drifting || p.drifting;
       ranks.push_back({{"dp_rank", w->record.dp_rank + r},
+                       {"target", w->TargetName(r)},
                        {"active_blocks", active[r]},
                        {"prediction",
                         {{"samples", p.samples},
@@ -66,14 +67,25 @@ std::string AdminViews::WorkersJson() const {
 }
 
 std::optional<std::string> AdminViews::CacheViewJson(const std::string& worker_id,
-                                                     uint32_t dp_rank) const {
-  auto id = events_.FindTarget({worker_id, dp_rank});
+                                                     std::optional<uint32_t> dp_rank) const {
+  uint32_t dp_size = 1;
+  for (const auto& w : *workers_.Snapshot()) {
+    if (w->record.worker_id != worker_id) continue;
+    dp_size = w->record.dp_size;
+    if (!dp_rank) dp_rank = w->record.dp_rank;
+  }
+  const core::TargetKey key{worker_id, dp_rank.value_or(0)};
+  auto id = events_.FindTarget(key);
   if (!id) return std::nullopt;
   size_t blocks = index_.WithIndex([&](const core::KvIndex& index) -> size_t {
-    auto live = index.FindTarget({worker_id, dp_rank});
+    auto live = index.FindTarget(key);
     return live ? index.BlockCount(*live) : 0;
   });
-  return json({{"worker_id", worker_id}, {"dp_rank", dp_rank}, {"block_count", blocks}}).dump();
+  return json({{"worker_id", worker_id},
+               {"dp_rank", key.dp_rank},
+               {"target", core::TargetName(key, dp_size)},
+               {"block_count", blocks}})
+      .dump();
 }
 
 void AdminViews::RenderPredictions(std::string& out, const Fleet& fleet) const {
@@ -81,7 +93,7 @@ void AdminViews::RenderPredictions(std::string& out, const Fleet& fleet) const {
   for (const auto& w : fleet) {
     const std::vector<core::PredictionStats> predictions = planner_.Predictions(*w);
     for (size_t r = 0; r < w->targets.size(); ++r) {
-      rows.emplace_back(MetricLabel("worker_id", w->KeyOf(r).ToString()), predictions[r]);
+      rows.emplace_back(MetricLabel("worker_id", w->TargetName(r)), predictions[r]);
     }
   }
   auto family = [&](const char* name, const char* type, const char* help, auto value) {
@@ -123,7 +135,7 @@ void AdminViews::RenderDemand(std::string& out, const Fleet& fleet) const {
     if (!on || w->record.disagg_mode != discovery::DisaggMode::kDecode) continue;
     const std::vector<std::pair<uint64_t, uint64_t>> demand = planner_.Demand(*w);
     for (size_t r = 0; r < w->targets.size(); ++r) {
-      const std::string label = "{" + MetricLabel("target", w->KeyOf(r).ToString()) + "} ";
+      const std::string label = "{" + MetricLabel("target", w->TargetName(r)) + "} ";
       tokens +=
           "infera_router_decode_demand_tokens" + label + std::to_string(demand[r].first) + "\n";
       requests +=
@@ -159,8 +171,8 @@ std::string AdminViews::MetricsText() const {
   for (const auto& w : *fleet) {
     const std::vector<size_t> active = planner_.ActiveBlocks(*w);
     for (size_t r = 0; r < w->targets.size(); ++r) {
-      out += "infera_policy_active_blocks{" + MetricLabel("worker_id", w->KeyOf(r).ToString()) +
-             "} " + std::to_string(active[r]) + "\n";
+      out += "infera_policy_active_blocks{" + MetricLabel("worker_id", w->TargetName(r)) + "} " +
+             std::to_string(active[r]) + "\n";
     }
   }
   RenderHeader(out, "infera_policy_cache_view_size", "gauge",
@@ -170,8 +182,8 @@ std::string AdminViews::MetricsText() const {
       for (size_t r = 0; r < w->targets.size(); ++r) {
         const core::TargetKey key = w->KeyOf(r);
         auto id = index.FindTarget(key);
-        out += "infera_policy_cache_view_size{" + MetricLabel("worker_id", key.ToString()) + "} " +
-               std::to_string(id ? index.BlockCount(*id) : 0) + "\n";
+        out += "infera_policy_cache_view_size{" + MetricLabel("worker_id", w->TargetName(r)) +
+               "} " + std::to_string(id ? index.BlockCount(*id) : 0) + "\n";
       }
     }
     return 0;

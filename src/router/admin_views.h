@@ -6,7 +6,8 @@
 //   /v1/models                      the models the fleet serves
 //   /v1/workers                     records + breaker state + render_parity + active blocks and
 //                                   prediction error per rank (prediction_drifting)
-//   /v1/admin/cache-view/{id}       {"worker_id","dp_rank","block_count"}
+//   /v1/admin/cache-view/{id}       {"worker_id","dp_rank","target","block_count"}
+//                                   (?dp_rank=R; absent: the worker's first rank)
 //   /metrics                        RouterMetrics + fleet gauges + KV-event counters
 // Every view reads one fleet snapshot; active blocks take the pick mutex briefly,
 // cache views the index's shared lock.
@@ -44,8 +45,9 @@ class AdminViews {
   std::string HealthJson() const;
   std::string ModelsJson() const;
   std::string WorkersJson() const;
-  // nullopt: no such target.
-  std::optional<std::string> CacheViewJson(const std::string& worker_id, uint32_t dp_rank) const;
+  // nullopt: no such target. `dp_rank` nullopt: the worker's first rank.
+  std::optional<std::string> CacheViewJson(const std::string& worker_id,
+                                           std::optional<uint32_t> dp_rank) const;
   std::string MetricsText() const;
 
  private:

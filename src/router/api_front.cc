@@ -81,12 +81,13 @@ http::Awaitable<void> ApiFront::CacheView(http::Request& req, http::ResponseWrit
                                           const std::string& request_id) {
   std::string worker_id(worker_id_view);
   std::string rank_text = req.QueryParam("dp_rank");
-  uint32_t rank = 0;
+  std::optional<uint32_t> rank;
   bool rank_ok = true;
   if (!rank_text.empty()) {
     char* end = nullptr;
     unsigned long v = std::strtoul(rank_text.c_str(), &end, 10);
-    rank_ok = end != nullptr && *end == '\0' && v <= 0xffffffffUL;
+    rank_ok = rank_text[0] >= '0' && rank_text[0] <= '9' && end != nullptr && *end == '\0' &&
+              v <= 0xffffffffUL;
     rank = static_cast<uint32_t>(v);
   }
   if (!rank_ok) {
@@ -95,9 +96,11 @@ http::Awaitable<void> ApiFront::CacheView(http::Request& req, http::ResponseWrit
   } else if (auto view = views_.CacheViewJson(worker_id, rank)) {
     co_await SendJson(w, 200, *view, request_id);
   } else {
-    co_await SendError(w, ApiKind::kChat, 404,
-                       "unknown worker '" + worker_id + "' rank " + std::to_string(rank),
-                       request_id);
+    // Built before the co_await: GCC 12 destroys a ?: temporary in a co_await
+    // expression twice.
+    std::string message = "unknown worker '" + worker_id + "'";
+    if (rank) message += " rank " + std::to_string(*rank);
+    co_await SendError(w, ApiKind::kChat, 404, message, request_id);
   }
 }
 

@@ -300,6 +300,19 @@ const char* ApiKindName(ApiKind kind) {
   return "chat";
 }
 
+absl::Status CheckClientDpRankHeader(std::string_view value) {
+  if (value.empty()) return absl::OkStatus();
+  uint64_t rank = 0;
+  for (char c : value) {
+    if (c < '0' || c > '9' || value.size() > 10) {
+      return Invalid("X-Data-Parallel-Rank must be a non-negative integer");
+    }
+    rank = rank * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (rank > UINT32_MAX) return Invalid("X-Data-Parallel-Rank must be a non-negative integer");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body,
                                            std::optional<simdjson::dom::element>* dom) {
   ApiRequest req;
@@ -333,7 +346,16 @@ absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body,
   if (n && IsInteger(*n) && IntegerValue(*n) >= 1 && IntegerValue(*n) <= 1'000'000) {
     req.n = static_cast<uint32_t>(IntegerValue(*n));
   }
-  req.client_dp_rank = Field(b, "data_parallel_rank").has_value();
+  // A client's rank is checked, then replaced by the pick's (doc/data-parallel.md).
+  for (const char* key : {"data_parallel_rank", "routed_dp_rank"}) {
+    auto rank = Field(b, key);
+    if (!rank) continue;
+    req.client_dp_rank = true;
+    if (rank->is_null()) continue;
+    if (!IsInteger(*rank) || IntegerValue(*rank) < 0 || IntegerValue(*rank) > UINT32_MAX) {
+      return Invalid(std::string("'") + key + "' must be a non-negative integer");
+    }
+  }
   for (const char* key : {"session_id", "prompt_cache_key"}) {
     auto it = StringField(doc, key);
     if (it && req.session_id.empty()) req.session_id = std::string(*it);

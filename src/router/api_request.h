@@ -49,8 +49,9 @@ struct ApiRequest {
   // The body's session_id or prompt_cache_key (RequestPipeline falls back to the
   // X-Session-Id header); --session-affinity binds it to targets.
   std::string session_id;
-  // The body has a top-level data_parallel_rank: the router's pick replaces it
-  // (workers with several DP ranks) or drops it (one rank); LegRequest.
+  // The body has a top-level data_parallel_rank or routed_dp_rank (null or a
+  // non-negative integer, else the parse fails): the router's pick replaces it
+  // (SGLang workers with several DP ranks) or drops it; LegRequest.
   bool client_dp_rank = false;
 };
 
@@ -61,5 +62,10 @@ struct ApiRequest {
 // ParseApiRequest on the same thread — use it before any suspension point.
 absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body,
                                            std::optional<simdjson::dom::element>* dom = nullptr);
+
+// A client's X-Data-Parallel-Rank header: empty (absent) or a decimal rank below
+// 2^32, else InvalidArgument (400). Its value is never forwarded: the router sets the
+// header from its pick (doc/data-parallel.md).
+absl::Status CheckClientDpRankHeader(std::string_view value);
 
 }  // namespace infera::router

@@ -66,7 +66,7 @@ DecodeDemandRouting::DecodeDemandRouting(DemandOptions options, RouterMetrics& m
 }
 
 std::string DecodeDemandRouting::KeyOf(const FleetWorker& worker, core::TargetId target) {
-  return worker.KeyOf(worker.RankIndex(target)).ToString();
+  return worker.TargetName(worker.RankIndex(target));
 }
 
 void DecodeDemandRouting::Begin(const RequestContext& ctx) {
@@ -124,7 +124,7 @@ core::DecodeDemand::Reservation DecodeDemandRouting::Book(const core::PickResult
 }
 
 void DecodeDemandRouting::Forget(const FleetWorker& worker) {
-  for (size_t r = 0; r < worker.targets.size(); ++r) demand_.Forget(worker.KeyOf(r).ToString());
+  for (size_t r = 0; r < worker.targets.size(); ++r) demand_.Forget(worker.TargetName(r));
 }
 
 }  // namespace infera::router

@@ -61,6 +61,12 @@ struct FleetWorker {
   core::TargetKey KeyOf(size_t rank_index) const {
     return {record.worker_id, record.dp_rank + static_cast<uint32_t>(rank_index)};
   }
+  // How the target is shown (pick log, metrics labels, /v1/workers, cache-view):
+  // "<worker_id>#dp<r>" for every rank of a worker with dp_size > 1, else
+  // TargetKey::ToString() (doc/data-parallel.md).
+  std::string TargetName(size_t rank_index) const {
+    return core::TargetName(KeyOf(rank_index), record.dp_size);
+  }
 };
 
 using Fleet = std::vector<std::shared_ptr<const FleetWorker>>;

@@ -2,6 +2,10 @@
 
 namespace infera::router {
 
+bool TakesBodyDpRank(const discovery::WorkerRecord& record) {
+  return record.engine == "sglang" || record.pd_protocol == discovery::PdProtocol::kSglangBootstrap;
+}
+
 UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg,
                            const nlohmann::json* extra) {
   UpstreamRequest up;
@@ -10,10 +14,13 @@ UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg,
   up.headers.Add("Content-Type", "application/json");
   up.headers.Add("X-Infera-Request-Id", ctx.request_id);
   if (!ctx.authorization.empty()) up.headers.Add("Authorization", ctx.authorization);
+  // The pick's rank pins the request (vLLM and SGLang both read the header).
+  if (leg.dp_rank) up.headers.Add(kDpRankHeader, std::to_string(*leg.dp_rank));
   up.deadline_ns = ctx.deadline_ns;
   up.cancel = ctx.cancel;
   const bool has_extra = extra != nullptr && extra->is_object() && !extra->empty();
-  if (!leg.dp_rank && !has_extra && !ctx.api.client_dp_rank) {
+  const bool body_rank = leg.dp_rank && TakesBodyDpRank(leg.worker->record);
+  if (!body_rank && !has_extra && !ctx.api.client_dp_rank) {
     up.body = ctx.upstream_body;
     return up;
   }
@@ -22,8 +29,9 @@ UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg,
     up.body = ctx.upstream_body;
     return up;
   }
-  // The router owns the rank: a client's is replaced, or dropped for one rank.
-  if (leg.dp_rank) {
+  // The router owns the rank: a client's is replaced, or dropped.
+  j.erase("routed_dp_rank");
+  if (body_rank) {
     j["data_parallel_rank"] = *leg.dp_rank;
   } else {
     j.erase("data_parallel_rank");

@@ -1,9 +1,13 @@
 // LegRequest: the upstream request of one leg of a plan.
 //
-// Headers: Content-Type, X-Infera-Request-Id, the client's Authorization. Body: the
-// request's upstream body, with data_parallel_rank set for a worker with several DP
-// ranks (a client's value replaced) and a client's removed for a worker with one. A PD protocol
-// leaf adds its own fields (bootstrap room, kv_transfer_params) through `extra` the same way.
+// Headers: Content-Type, X-Infera-Request-Id, the client's Authorization, and
+// X-Data-Parallel-Rank: r when the leg's worker has several DP ranks (vLLM's
+// header; SGLang reads it too). Body: the request's upstream body; for a worker
+// with several ranks that speaks SGLang (engine "sglang" or sglang-bootstrap) the
+// body's data_parallel_rank is set to r too. A client's data_parallel_rank /
+// routed_dp_rank never reaches a worker: replaced or removed (doc/data-parallel.md).
+// A PD protocol leaf adds its own fields (bootstrap room, kv_transfer_params)
+// through `extra` the same way.
 //
 // Thread-safety: pure.
 #pragma once
@@ -15,6 +19,11 @@
 #include "router/upstream.h"
 
 namespace infera::router {
+
+inline constexpr const char* kDpRankHeader = "X-Data-Parallel-Rank";
+
+// True when the worker reads the rank from the body's data_parallel_rank (SGLang).
+bool TakesBodyDpRank(const discovery::WorkerRecord& record);
 
 // REQUIRES: leg.worker is set. `extra` (an object, may be null) is merged into the
 // body's top level.

@@ -105,6 +105,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
         std::find(candidates_.begin(), candidates_.end(), pick.picked) - candidates_.begin());
     owner = owners_[idx];
     owner->health.Allow(pick_start_ns);
+    pick.picked_name = owner->TargetName(owner->RankIndex(pick.picked));
     if (approx_ && pick.policy == core::Policy::kKvAware && input.tokens) {
       approx_->Record(pick.picked, *input.tokens, pick_start_ns);
     }
@@ -187,12 +188,15 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     if (pd.prefill) {
       prefill_owner = owner_of(pd.prefill->picked);
       prefill_owner->health.Allow(pick_start_ns);
+      pd.prefill->picked_name =
+          prefill_owner->TargetName(prefill_owner->RankIndex(pd.prefill->picked));
       const std::string_view session = sessions_.Bind(core::Role::kPrefill, pd.prefill->picked);
       if (log) spdlog::info("{}{}", core::FormatPickLog(*pd.prefill), session);
       plan.prefill_guards.AddActive(std::move(pd.prefill->guard));
     }
     main_owner = owner_of(pd.main.picked);
     main_owner->health.Allow(pick_start_ns);
+    pd.main.picked_name = main_owner->TargetName(main_owner->RankIndex(pd.main.picked));
     if (approx_ && pd.main.policy == core::Policy::kKvAware && input.tokens) {
       // The decode engine holds the transferred KV too.
       if (pd.prefill) approx_->Record(pd.prefill->picked, *input.tokens, pick_start_ns);
@@ -279,7 +283,7 @@ void PickPlanner::RecordPrediction(const PickLeg& leg, uint64_t reported_tokens)
     after = tracker.Get(leg.target);
   }
   if (before.drifting != after.drifting) {
-    const std::string name = leg.worker->KeyOf(leg.worker->RankIndex(leg.target)).ToString();
+    const std::string name = leg.worker->TargetName(leg.worker->RankIndex(leg.target));
     if (after.drifting) {
       spdlog::warn(
           "target {}: its engine's reported cached tokens drift from the router's view "
@@ -330,7 +334,7 @@ std::vector<std::pair<uint64_t, uint64_t>> PickPlanner::Demand(const FleetWorker
   std::vector<std::pair<uint64_t, uint64_t>> out;
   out.reserve(worker.targets.size());
   for (size_t r = 0; r < worker.targets.size(); ++r) {
-    const std::string key = worker.KeyOf(r).ToString();
+    const std::string key = worker.TargetName(r);
     out.emplace_back(demand_.Tokens(key), demand_.Requests(key));
   }
   return out;

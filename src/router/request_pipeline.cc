@@ -53,7 +53,13 @@ http::Awaitable<void> RequestPipeline::Run(RequestContext& ctx, http::Request& r
   const ApiKind kind = ctx.kind;
   // One parse serves validation and the chat template.
   std::optional<simdjson::dom::element> dom;
-  auto parsed = ParseApiRequest(kind, req.body, &dom);
+  absl::StatusOr<ApiRequest> parsed = ParseApiRequest(kind, req.body, &dom);
+  if (parsed.ok()) {
+    if (absl::Status s = CheckClientDpRankHeader(req.headers.Get("X-Data-Parallel-Rank"));
+        !s.ok()) {
+      parsed = s;
+    }
+  }
   ctx.parse_s = SecondsSince(ctx.start_ns);
   if (!parsed.ok()) {
     ctx.End(Outcome::kClientError, 400);

@@ -379,12 +379,60 @@ TEST_F(RouterPipelineTest, BadInputAndUnknownModelNeverReachAWorker) {
 
 TEST_F(RouterPipelineTest, DataParallelRankIsSetPerTarget) {
   StartRouter();
-  AddWorker("a", 2);
+  AddWorker("a", 2);  // vLLM (the record's default engine): the header only
   EXPECT_EQ(Call("POST", "/v1/chat/completions", kChat).status, 200);
   EXPECT_EQ(Call("POST", "/v1/chat/completions", kChat).status, 200);
   ASSERT_EQ(fake_->sent().size(), 2u);
-  EXPECT_EQ(json::parse(fake_->sent()[0].body)["data_parallel_rank"], 0);
-  EXPECT_EQ(json::parse(fake_->sent()[1].body)["data_parallel_rank"], 1);
+  EXPECT_EQ(fake_->sent()[0].headers.Get("X-Data-Parallel-Rank"), "0");
+  EXPECT_EQ(fake_->sent()[1].headers.Get("X-Data-Parallel-Rank"), "1");
+  EXPECT_EQ(fake_->sent()[0].body, kChat);
+  router_->RemoveWorker("a:1");
+  discovery::WorkerRecord r;
+  r.worker_id = "b:1";
+  r.url = "http://b:1";
+  r.model_name = "m";
+  r.engine = "sglang";  // SGLang: the header and the body's data_parallel_rank
+  r.dp_rank = 2;
+  r.dp_size = 2;
+  router_->AddWorker(r);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(Call("POST", "/v1/chat/completions", kChat).status, 200);
+  }
+  ASSERT_EQ(fake_->sent().size(), 4u);
+  for (size_t i = 2; i < 4; ++i) {
+    const std::string rank(fake_->sent()[i].headers.Get("X-Data-Parallel-Rank"));
+    EXPECT_TRUE(rank == "2" || rank == "3") << rank;
+    EXPECT_EQ(json::parse(fake_->sent()[i].body)["data_parallel_rank"], std::stoi(rank));
+  }
+  EXPECT_NE(fake_->sent()[2].headers.Get("X-Data-Parallel-Rank"),
+            fake_->sent()[3].headers.Get("X-Data-Parallel-Rank"));
+}
+
+TEST_F(RouterPipelineTest, DataParallelTargetsAreNamedWithTheirRank) {
+  StartRouter();
+  AddWorker("a", 2);
+  AddWorker("b");
+  json workers = json::parse(Call("GET", "/v1/workers").body)["workers"];
+  ASSERT_EQ(workers.size(), 2u);
+  EXPECT_EQ(workers[0]["targets"][0]["target"], "a:1#dp0");
+  EXPECT_EQ(workers[0]["targets"][1]["target"], "a:1#dp1");
+  EXPECT_EQ(workers[1]["targets"][0]["target"], "b:1");
+  const std::string metrics = Metrics();
+  for (const char* label :
+       {R"(worker_id="a:1#dp0")", R"(worker_id="a:1#dp1")", R"(worker_id="b:1")"}) {
+    EXPECT_NE(metrics.find(std::string("infera_policy_cache_view_size{") + label),
+              std::string::npos)
+        << label;
+  }
+  Answer view = Call("GET", "/v1/admin/cache-view/a:1?dp_rank=1");
+  EXPECT_EQ(view.status, 200);
+  EXPECT_EQ(
+      json::parse(view.body),
+      json({{"worker_id", "a:1"}, {"dp_rank", 1}, {"target", "a:1#dp1"}, {"block_count", 0}}));
+  EXPECT_EQ(json::parse(Call("GET", "/v1/admin/cache-view/a:1").body)["target"], "a:1#dp0");
+  EXPECT_EQ(Call("GET", "/v1/admin/cache-view/a:1?dp_rank=2").status, 404);
+  EXPECT_EQ(Call("GET", "/v1/admin/cache-view/a:1?dp_rank=-1").status, 400);
+  EXPECT_EQ(Call("GET", "/v1/admin/cache-view/a:1?dp_rank=+1").status, 400);
 }
 
 TEST_F(RouterPipelineTest, ClientDataParallelRankIsDroppedOrReplaced) {
@@ -398,10 +446,47 @@ TEST_F(RouterPipelineTest, ClientDataParallelRankIsDroppedOrReplaced) {
   EXPECT_FALSE(sent.contains("data_parallel_rank")) << sent.dump();
   EXPECT_EQ(sent["messages"][0]["content"], "x");
   router_->RemoveWorker("a:1");
-  AddWorker("b", 2);
-  EXPECT_EQ(Call("POST", "/v1/chat/completions", chat_with_rank).status, 200);
+  discovery::WorkerRecord r;
+  r.worker_id = "b:1";
+  r.url = "http://b:1";
+  r.model_name = "m";
+  r.engine = "sglang";
+  r.dp_size = 2;
+  router_->AddWorker(r);
+  TestClient c(router_->port());
+  c.Write("POST", "/v1/chat/completions", chat_with_rank, "X-Data-Parallel-Rank: 1\r\n");
+  EXPECT_EQ(c.ReadAnswer().status, 200);
   ASSERT_EQ(fake_->sent().size(), 2u);
-  EXPECT_EQ(json::parse(fake_->sent()[1].body)["data_parallel_rank"], 0);  // the pick's
+  // The pick's rank (the first target of an idle fleet), not the client's 3 or 1.
+  EXPECT_EQ(json::parse(fake_->sent()[1].body)["data_parallel_rank"], 0);
+  EXPECT_EQ(fake_->sent()[1].headers.Get("X-Data-Parallel-Rank"), "0");
+}
+
+TEST_F(RouterPipelineTest, ClientDataParallelRankThatIsNotARankIs400) {
+  StartRouter();
+  AddWorker("a", 2);
+  for (const char* header : {"X-Data-Parallel-Rank: -1\r\n", "X-Data-Parallel-Rank: one\r\n"}) {
+    TestClient c(router_->port());
+    c.Write("POST", "/v1/chat/completions", kChat, header);
+    Answer a = c.ReadAnswer();
+    EXPECT_EQ(a.status, 400) << header;
+    EXPECT_EQ(json::parse(a.body)["error"]["message"],
+              "X-Data-Parallel-Rank must be a non-negative integer");
+  }
+  Answer body =
+      Call("POST", "/v1/chat/completions",
+           R"({"model":"m","data_parallel_rank":-1,"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(body.status, 400);
+  EXPECT_EQ(json::parse(body.body)["error"]["message"],
+            "'data_parallel_rank' must be a non-negative integer");
+  TestClient c(router_->port());
+  c.Write("POST", "/v1/messages",
+          R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}]})",
+          "X-Data-Parallel-Rank: x\r\n");
+  Answer anthropic = c.ReadAnswer();
+  EXPECT_EQ(anthropic.status, 400);
+  EXPECT_EQ(json::parse(anthropic.body)["type"], "error");  // the Anthropic shape
+  EXPECT_TRUE(fake_->sent().empty());
 }
 
 TEST_F(RouterPipelineTest, AnthropicMessageStartReportsTheRoutersTokenCount) {

@@ -1,8 +1,8 @@
 #include "router/worker_set.h"
 
 #include <algorithm>
-#include <cstdlib>
 
+#include "events/publisher.h"
 #include "router/pick_planner.h"
 #include "router/router_metrics.h"
 #include "spdlog/spdlog.h"
@@ -17,13 +17,8 @@ WorkerSet::WorkerSet(WorkerSetOptions options, events::KvEventSource& events, Pi
       metrics_(metrics),
       snapshot_(std::make_shared<const Fleet>()) {}
 
-std::string WorkerSet::OffsetPort(const std::string& endpoint, uint32_t offset) {
-  if (offset == 0 || endpoint.empty()) return endpoint;
-  size_t colon = endpoint.rfind(':');
-  if (colon == std::string::npos) return endpoint;
-  int port = std::atoi(endpoint.c_str() + colon + 1);
-  if (port <= 0) return endpoint;
-  return endpoint.substr(0, colon + 1) + std::to_string(port + static_cast<int>(offset));
+std::string WorkerSet::RankEndpoint(const std::string& endpoint, uint32_t rank) {
+  return events::OffsetEndpointPort(endpoint, rank);
 }
 
 void WorkerSet::Add(const discovery::WorkerRecord& record) {
@@ -43,14 +38,15 @@ void WorkerSet::Add(const discovery::WorkerRecord& record) {
     events::IngestTarget t;
     t.key = {record.worker_id, record.dp_rank + r};
     if (options_.kv_events) {
-      t.events_endpoint = OffsetPort(record.kv_events_endpoint, record.dp_rank + r);
-      t.replay_endpoint = OffsetPort(record.kv_replay_endpoint, record.dp_rank + r);
+      t.events_endpoint = RankEndpoint(record.kv_events_endpoint, record.dp_rank + r);
+      t.replay_endpoint = RankEndpoint(record.kv_replay_endpoint, record.dp_rank + r);
     }
     t.block_size = record.kv_block_size == 0 ? 16 : record.kv_block_size;
     t.topic = options_.kv_events_topic;
     w->targets.push_back(events_.AddTarget(t));
     for (int role = 0; role < 3; ++role) {
-      w->picks[role].push_back(metrics_.PickCounter(core::Role(role), t.key.ToString()));
+      w->picks[role].push_back(
+          metrics_.PickCounter(core::Role(role), core::TargetName(t.key, record.dp_size)));
     }
   }
   spdlog::info("worker added: {} url={} model={} mode={} ranks={}", record.worker_id, record.url,

@@ -3,7 +3,8 @@
 // Add/Update/Remove come from discovery callbacks (any thread). Each worker record
 // is expanded into one routing target per DP rank (dp_rank .. dp_rank + dp_size - 1);
 // each target is registered with the KV event source, whose stream for rank r is on
-// the record's events port + r. A removed worker's targets leave the index and the
+// the record's events port + r, and shown as "<worker_id>#dp<r>" when dp_size > 1
+// (doc/data-parallel.md). A removed worker's targets leave the index and the
 // planner's load state (PickPlanner::Retire) before its index ids can be reused.
 //
 // Snapshot() is what the hot path reads: one atomic shared_ptr load, no lock.
@@ -62,8 +63,10 @@ class WorkerSet {
     return snapshot_.load(std::memory_order_acquire);
   }
 
-  // "tcp://host:5557" with the port moved by `offset` (DP rank r publishes on P + r).
-  static std::string OffsetPort(const std::string& endpoint, uint32_t offset);
+  // Where DP rank `rank` of a record publishes, given the record's endpoint (rank 0's,
+  // as the engine was configured): "tcp://host:P" -> port P + rank; "ipc://x" ->
+  // "ipc://x_dp<rank>" (vLLM's offset; events::OffsetEndpointPort).
+  static std::string RankEndpoint(const std::string& endpoint, uint32_t rank);
 
  private:
   void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -158,7 +158,8 @@ def main():
     poll(lambda: get_json(rp, f"/v1/admin/cache-view/127.0.0.1:{pb}")["block_count"] == 10,
          "cache-view of B = 10 blocks")
     view = get_json(rp, f"/v1/admin/cache-view/127.0.0.1:{pb}?dp_rank=0")
-    check(view == {"worker_id": f"127.0.0.1:{pb}", "dp_rank": 0, "block_count": 10}, f"view {view}")
+    check(view == {"worker_id": f"127.0.0.1:{pb}", "dp_rank": 0, "target": f"127.0.0.1:{pb}",
+                   "block_count": 10}, f"view {view}")
     for i, tail in enumerate(([1, 2, 3] * 8, [7] * 40)):
         rid = f"kv-{i}"
         s, h, b = request(rp, "POST", "/v1/completions", {"model": "fake-model", "prompt": prefix + tail},
