@@ -77,6 +77,7 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
   workers_ = std::make_unique<WorkerSet>(
       WorkerSetOptions{.kv_events = options_.kv_events,
                        .kv_events_topic = options_.kv_events_topic,
+                       .max_index_blocks = options_.max_index_blocks,
                        .breaker_failures = options_.breaker_failures,
                        .breaker_cooldown_ms = options_.breaker_cooldown_ms},
       *events_, *planner_, *metrics_);

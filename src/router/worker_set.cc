@@ -26,6 +26,12 @@ std::string WorkerSet::OffsetPort(const std::string& endpoint, uint32_t offset) 
   return endpoint.substr(0, colon + 1) + std::to_string(port + static_cast<int>(offset));
 }
 
+size_t IndexBoundFor(const discovery::WorkerRecord& record, std::optional<size_t> flag) {
+  if (flag.has_value()) return *flag;
+  if (record.num_gpu_blocks > 0) return record.num_gpu_blocks + (record.num_gpu_blocks + 3) / 4;
+  return kDefaultMaxIndexBlocks;
+}
+
 void WorkerSet::Add(const discovery::WorkerRecord& record) {
   auto ep = http::ParseHttpUrl(record.url);
   if (!ep.ok()) {
@@ -47,6 +53,7 @@ void WorkerSet::Add(const discovery::WorkerRecord& record) {
     }
     t.block_size = record.kv_block_size == 0 ? 16 : record.kv_block_size;
     t.topic = options_.kv_events_topic;
+    t.max_blocks = IndexBoundFor(record, options_.max_index_blocks);
     w->targets.push_back(events_.AddTarget(t));
     for (int role = 0; role < 3; ++role) {
       w->picks[role].push_back(metrics_.PickCounter(core::Role(role), t.key.ToString()));
