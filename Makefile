@@ -3,7 +3,7 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test demo bench clean
+.PHONY: all deps build test demo bench soak clean
 
 all: build
 
@@ -24,6 +24,16 @@ demo: build
 
 bench: build
 	@scripts/bench
+
+# The index soak (doc/soak.md): 12M blocks of KV-event churn (lost removals, workers
+# joining and leaving) into the real router; its RSS curve goes to $(BUILD)/soak/.
+soak: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) --target infera-router infera-register
+	@mkdir -p $(BUILD)/soak
+	@/usr/bin/python3 tools/soak/index_soak.py --router $(BUILD)/apps/infera-router/infera-router \
+	  --register $(BUILD)/apps/infera-register/infera-register \
+	  --csv $(BUILD)/soak/index_soak.csv --check
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-tsan build-fuzz

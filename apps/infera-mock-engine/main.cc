@@ -197,6 +197,7 @@ int main(int argc, char** argv) {
     record.kv_replay_endpoint = with_host((*runner)->ReplayEndpoints()[0]);
     record.kv_block_size = static_cast<uint32_t>(runner_options.engine.block_size);
     record.dp_size = runner_options.dp_size;
+    record.num_gpu_blocks = static_cast<uint32_t>(runner_options.engine.num_gpu_blocks);
     infera::discovery::EtcdRegistrarOptions etcd_options;
     etcd_options.client.endpoints = etcd_endpoint;
     auto created = infera::discovery::EtcdRegistrar::Create(record, etcd_options);

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   std::string disagg_protocol, kv_events_endpoint, kv_replay_endpoint;
   std::string bootstrap_host, bootstrap_addr, engine_id;
   uint32_t bootstrap_port = 0;
-  uint32_t kv_block_size = 16, dp_rank = 0, dp_size = 1;
+  uint32_t kv_block_size = 16, dp_rank = 0, dp_size = 1, num_gpu_blocks = 0;
   EtcdRegistrarOptions options;
   std::string log_level = "info";
   std::string kv_relay = "none", kv_events_topic;
@@ -61,6 +61,9 @@ int main(int argc, char** argv) {
   app.add_option("--kv-block-size", kv_block_size, "KV block (page) size")->capture_default_str();
   app.add_option("--dp-rank", dp_rank, "first data-parallel rank")->capture_default_str();
   app.add_option("--dp-size", dp_size, "number of data-parallel ranks")->capture_default_str();
+  app.add_option("--num-gpu-blocks", num_gpu_blocks,
+                 "KV capacity of each rank in blocks (vLLM's num_gpu_blocks; 0: unknown)")
+      ->capture_default_str();
   app.add_option("--etcd-endpoint", options.client.endpoints, "etcd host:port[,host:port...]")
       ->capture_default_str();
   app.add_option("--etcd-prefix", options.prefix, "key prefix")->capture_default_str();
@@ -109,7 +112,8 @@ int main(int argc, char** argv) {
                           {"kv_replay_endpoint", kv_replay_endpoint},
                           {"kv_block_size", kv_block_size},
                           {"dp_rank", dp_rank},
-                          {"dp_size", dp_size}};
+                          {"dp_size", dp_size},
+                          {"num_gpu_blocks", num_gpu_blocks}};
     nlohmann::json params = nlohmann::json::object();
     if (!bootstrap_host.empty()) params["bootstrap_host"] = bootstrap_host;
     if (bootstrap_port != 0) params["bootstrap_port"] = bootstrap_port;

@@ -157,6 +157,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--kv-events-topic", opt.kv_events_topic,
                  "ZMQ subscription topic prefix (empty: all)");
+  size_t max_index_blocks = 0;
+  CLI::Option* bound_flag =
+      app.add_option("--max-index-blocks", max_index_blocks,
+                     "Bound of each target's cache view in blocks, oldest evicted first (0: none; "
+                     "default: 1.25 x the worker record's num_gpu_blocks, else 1048576)");
   app.add_option("--request-transport", request_transport, "http")->capture_default_str();
   app.add_option("--request-timeout-ms", opt.request_timeout_ms, "Per-request upstream deadline")
       ->capture_default_str();
@@ -278,6 +283,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (seed_flag->count() > 0) opt.random_seed = random_seed;
+  if (bound_flag->count() > 0) opt.max_index_blocks = max_index_blocks;
   opt.kv_events = kv_transport == "zmq";
   opt.kv_events_nats = kv_transport == "nats";
   opt.server.host = host;

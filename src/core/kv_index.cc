@@ -195,14 +195,20 @@ constexpr uint32_t ChildRows(const Row& r) { return r.link >> kParentBits; }
 constexpr bool IsRow(uint32_t parent) { return parent < kUnknownParent; }
 
 // One entry of a target's engine map: engine hash -> row (12 bytes).
+//   word = row (27 bits) | epoch << 27 (5 bits: when the entry was last stored,
+//   doc/index.md "Bounded views")
+constexpr uint32_t kEpochs = 32;
 struct EngineEntry {
   uint32_t lo, hi;
-  uint32_t row;
+  uint32_t word;
   uint64_t key() const { return uint64_t{lo} | (uint64_t{hi} << 32); }
   void set_key(uint64_t k) {
     lo = static_cast<uint32_t>(k);
     hi = static_cast<uint32_t>(k >> 32);
   }
+  uint32_t row() const { return word & kParentMask; }
+  uint32_t epoch() const { return word >> kParentBits; }
+  void set(uint32_t row, uint32_t epoch) { word = row | (epoch << kParentBits); }
 };
 static_assert(sizeof(EngineEntry) == 12);
 
@@ -301,6 +307,15 @@ struct KvIndex::Impl {
     // Blocks still to apply before the next attempt to prove the view prefix-closed
     // again after it lost the flag (Recheck).
     size_t recheck_in = 0;
+    // The bound (doc/index.md "Bounded views"): 0 = none. Engine-map entries carry
+    // the epoch they were last stored in; `epoch` advances every EpochStep() stored
+    // blocks; epoch_entries[e] counts the entries of epoch e.
+    size_t max_blocks = 0;
+    uint32_t epoch = 0;
+    size_t epoch_stored = 0;  // blocks stored in the current epoch
+    uint32_t epoch_entries[kEpochs] = {};
+    uint64_t evicted = 0;              // blocks evicted since the target was added
+    bool evicted_since_clear = false;  // then an unknown parent may be an evicted block
 
     // Whether the walk may bisect this target: prefix-closed, and every block held
     // on the same single tier (so the run's tier split is the run itself).
@@ -337,6 +352,9 @@ struct KvIndex::Impl {
   absl::flat_hash_map<std::pair<std::string, uint32_t>, TargetId> by_key;
   size_t entries = 0;
   std::vector<uint32_t> old_to_new;  // Rebuild's translation (freed after use)
+  // Evict's scratch: row -> kept (MarkKept; freed after use), the walk's path.
+  absl::flat_hash_map<uint32_t, bool> evict_marks;
+  std::vector<uint32_t> evict_path;
 
   Target* Live(TargetId id) {
     return id < targets.size() && targets[id].live ? &targets[id] : nullptr;
@@ -412,7 +430,7 @@ struct KvIndex::Impl {
       if (!t.live) continue;
       t.engine_map.ForEach([&](uint32_t i) {
         EngineEntry& e = t.engine_map.slot(i);
-        e.row = old_to_new[e.row];
+        e.set(old_to_new[e.row()], e.epoch());
       });
     }
     std::vector<uint32_t>().swap(old_to_new);  // 4 bytes per old slot: not kept
@@ -459,6 +477,114 @@ struct KvIndex::Impl {
     }
   }
 
+  // ---- the bound (doc/index.md "Bounded views") ----
+  static size_t EpochStep(const Target& t) { return std::max<size_t>(1, t.max_blocks / 16); }
+  static uint32_t Age(const Target& t, uint32_t epoch) {
+    return (t.epoch + kEpochs - epoch) % kEpochs;
+  }
+  void EraseEntry(Target& t, uint32_t e) {
+    --t.epoch_entries[t.engine_map.slot(e).epoch()];
+    t.engine_map.Erase(e);
+  }
+  // Entry e (just stored or re-stored) gets the current epoch; a bounded target's
+  // epoch advances every EpochStep() stored blocks.
+  void Stamp(Target& t, uint32_t e, uint32_t row, bool inserted) {
+    EngineEntry& entry = t.engine_map.slot(e);
+    if (!inserted) --t.epoch_entries[entry.epoch()];
+    entry.set(row, t.epoch);
+    ++t.epoch_entries[t.epoch];
+    if (t.max_blocks == 0 || ++t.epoch_stored < EpochStep(t)) return;
+    t.epoch_stored = 0;
+    const uint32_t next = (t.epoch + 1) % kEpochs;
+    if (t.epoch_entries[next] > 0) {
+      // Entries 32 epochs old would look new: they join the oldest epoch left (ages
+      // saturate at 31). Slots do not move: entry indices stay valid.
+      const uint32_t oldest = (next + 1) % kEpochs;
+      t.engine_map.ForEach([&](uint32_t i) {
+        EngineEntry& x = t.engine_map.slot(i);
+        if (x.epoch() == next) x.set(x.row(), oldest);
+      });
+      t.epoch_entries[oldest] += t.epoch_entries[next];
+      t.epoch_entries[next] = 0;
+    }
+    t.epoch = next;
+  }
+  void MaybeEvict(TargetId id, Target& t) {
+    if (t.max_blocks != 0 && t.block_count > t.max_blocks) Evict(id, t);
+  }
+  // Brings the view to at most max_blocks − max_blocks / 16 blocks: it keeps the blocks
+  // stored in the youngest `keep` epochs together with their chains to the root, for
+  // the largest `keep` that fits, and drops the rest, so the view stays prefix-closed
+  // (an evicted block has no kept descendant). A view whose unmapped blocks alone
+  // exceed the bound is cleared. Cost: O(view) row reads (doc/index.md "Bounded views").
+  void Evict(TargetId id, Target& t) {
+    const size_t before = t.block_count;
+    const size_t goal = t.max_blocks - t.max_blocks / 16;
+    if (!t.has_unmapped) {
+      // The histogram's first guess: the youngest ages whose entries fit the goal.
+      size_t entries_kept = 0;
+      uint32_t keep = 0;
+      while (keep < kEpochs) {
+        const size_t n = t.epoch_entries[(t.epoch + kEpochs - keep) % kEpochs];
+        if (entries_kept + n > goal) break;
+        entries_kept += n;
+        ++keep;
+      }
+      while (MarkKept(id, t, keep) > goal && keep > 0) --keep;
+      t.closed = false;  // no children bookkeeping while blocks go; Recheck recounts
+      t.engine_map.ForEach([&](uint32_t e) {
+        const uint32_t row = t.engine_map.slot(e).row();
+        const auto it = evict_marks.find(row);
+        if (it != evict_marks.end() && it->second) return;
+        DropTiers(id, t, row, 7);
+        EraseEntry(t, e);
+      });
+      absl::flat_hash_map<uint32_t, bool>().swap(evict_marks);
+      Recheck(id, t);
+      if (!t.closed) t.recheck_in = 4 * t.block_count + 64;
+    }
+    if (t.block_count > t.max_blocks) {
+      // Blocks without an engine mapping (count mismatches) cannot be aged.
+      Clear(id, t);
+    }
+    t.evicted += before - t.block_count;
+    t.evicted_since_clear = true;
+  }
+  // evict_marks[row] for the rows of the entries stored in the youngest `keep` epochs and
+  // their ancestors: true when the chain to the root is held by the target (those are
+  // kept), false for orphans. Returns how many rows are kept.
+  size_t MarkKept(TargetId id, const Target& t, uint32_t keep) {
+    evict_marks.clear();
+    size_t kept = 0;
+    std::vector<uint32_t>& path = evict_path;
+    t.engine_map.ForEach([&](uint32_t e) {
+      const EngineEntry& entry = t.engine_map.slot(e);
+      if (Age(t, entry.epoch()) >= keep) return;
+      uint32_t r = entry.row();
+      bool held;
+      path.clear();
+      for (;;) {
+        if (r == kRoot) {
+          held = true;
+          break;
+        }
+        if (!IsRow(r) || Get(rows.slot(r).holders, id) == 0) {
+          held = false;
+          break;
+        }
+        if (auto it = evict_marks.find(r); it != evict_marks.end()) {
+          held = it->second;
+          break;
+        }
+        path.push_back(r);
+        r = ParentOf(rows.slot(r));
+      }
+      for (uint32_t p : path) evict_marks.emplace(p, held);
+      if (held) kept += path.size();
+    });
+    return kept;
+  }
+
   void Refresh(TargetId id) {
     const Target& t = targets[id];
     const uint8_t mode = t.Bisectable() ? static_cast<uint8_t>(t.OnlyTier()) : kWalk;
@@ -498,7 +624,7 @@ struct KvIndex::Impl {
     if (t.has_unmapped || t.engine_map.size() != t.block_count) return;
     bool ok = true;
     t.engine_map.ForEach([&](uint32_t e) {
-      Row& r = rows.slot(t.engine_map.slot(e).row);
+      Row& r = rows.slot(t.engine_map.slot(e).row());
       const uint32_t w = Get(r.holders, id);
       if (w == 0) ok = false;
       if (ok) Put(r.holders, id, w & ~(kMaxChildren << 4));
@@ -506,7 +632,7 @@ struct KvIndex::Impl {
     if (!ok) return;
     t.engine_map.ForEach([&](uint32_t e) {
       if (!ok) return;
-      const uint32_t parent = ParentOf(rows.slot(t.engine_map.slot(e).row));
+      const uint32_t parent = ParentOf(rows.slot(t.engine_map.slot(e).row()));
       if (parent == kRoot) return;
       if (!IsRow(parent)) {
         ok = false;  // parent not known
@@ -623,11 +749,14 @@ struct KvIndex::Impl {
         if (rows.full(i) && Get(rows.slot(i).holders, id) != 0) DropTiers(id, t, i, 7);
       }
     } else {
-      t.engine_map.ForEach([&](uint32_t e) { DropTiers(id, t, t.engine_map.slot(e).row, 7); });
+      t.engine_map.ForEach([&](uint32_t e) { DropTiers(id, t, t.engine_map.slot(e).row(), 7); });
     }
     t.engine_map.Clear();
     t.has_unmapped = false;
     t.aliased = false;
+    for (uint32_t& n : t.epoch_entries) n = 0;
+    t.epoch_stored = 0;
+    t.evicted_since_clear = false;
     assert(t.block_count == 0);
     t.block_count = 0;
     for (size_t& n : t.tier_entries) n = 0;
@@ -641,7 +770,7 @@ struct KvIndex::Impl {
   void PurgeEngineMap(TargetId id, Target& t) {
     if (t.engine_map.size() == 0) return;
     t.engine_map.ForEach([&](uint32_t e) {
-      if (Get(rows.slot(t.engine_map.slot(e).row).holders, id) == 0) t.engine_map.Erase(e);
+      if (Get(rows.slot(t.engine_map.slot(e).row()).holders, id) == 0) EraseEntry(t, e);
     });
   }
 
@@ -668,9 +797,9 @@ struct KvIndex::Impl {
         EngineEntry& entry = t.engine_map.slot(e);
         // An engine hash re-stored for another block: the old block stays held
         // without a mapping.
-        if (!inserted && entry.row != row) t.has_unmapped = true;
+        if (!inserted && entry.row() != row) t.has_unmapped = true;
         if (inserted && !fresh) t.aliased = true;
-        entry.row = row;
+        Stamp(t, e, row, inserted);
       } else if (fresh) {
         t.has_unmapped = true;
       }
@@ -722,6 +851,12 @@ TargetId KvIndex::AddTarget(const TargetKey& key, size_t block_size) {
   t.has_unmapped = false;
   t.aliased = false;
   for (size_t& n : t.tier_entries) n = 0;
+  t.max_blocks = 0;
+  t.epoch = 0;
+  t.epoch_stored = 0;
+  for (uint32_t& n : t.epoch_entries) n = 0;
+  t.evicted = 0;
+  t.evicted_since_clear = false;
   if (impl_->walk_mode.size() <= id) impl_->walk_mode.resize(id + 1);
   impl_->Refresh(id);
   it->second = id;
@@ -772,8 +907,10 @@ StoreOutcome KvIndex::ApplyStored(TargetId id, std::optional<BlockHash> parent_e
   BlockHash parent = 0;
   if (parent_engine_hash.has_value()) {
     const uint32_t e = t->engine_map.Find(*parent_engine_hash);
-    if (e == EngineMap::kNone) return StoreOutcome::kUnknownParent;
-    parent = impl_->rows.slot(t->engine_map.slot(e).row).hash;
+    if (e == EngineMap::kNone) {
+      return t->evicted_since_clear ? StoreOutcome::kEvictedParent : StoreOutcome::kUnknownParent;
+    }
+    parent = impl_->rows.slot(t->engine_map.slot(e).row()).hash;
   }
   std::vector<BlockHash>& router = Scratch().hashes;
   router.clear();
@@ -781,6 +918,7 @@ StoreOutcome KvIndex::ApplyStored(TargetId id, std::optional<BlockHash> parent_e
   const bool mapped = engine_hashes.size() == router.size();
   const bool was_closed = t->closed;
   impl_->InsertChain(id, *t, parent, router, TierBit(tier), mapped ? &engine_hashes : nullptr);
+  impl_->MaybeEvict(id, *t);
   impl_->AfterEvent(id, *t, was_closed, router.size());
   return mapped ? StoreOutcome::kOk : StoreOutcome::kCountMismatch;
 }
@@ -808,12 +946,12 @@ RemoveResult KvIndex::ApplyRemoved(TargetId id, std::span<const BlockHash> engin
     for (size_t i = 0; i < chunk.size(); ++i) {
       entry_of[i] = map.Find(chunk[i]);
       if (entry_of[i] != EngineMap::kNone)
-        __builtin_prefetch(&rows.slot(map.slot(entry_of[i]).row));
+        __builtin_prefetch(&rows.slot(map.slot(entry_of[i]).row()));
     }
     if (t->closed) {
       for (size_t i = 0; i < chunk.size(); ++i) {
         if (entry_of[i] == EngineMap::kNone) continue;
-        const uint32_t parent = ParentOf(rows.slot(map.slot(entry_of[i]).row));
+        const uint32_t parent = ParentOf(rows.slot(map.slot(entry_of[i]).row()));
         if (IsRow(parent)) __builtin_prefetch(&rows.slot(parent));
       }
     }
@@ -824,9 +962,9 @@ RemoveResult KvIndex::ApplyRemoved(TargetId id, std::span<const BlockHash> engin
         ++result.unknown;
         continue;
       }
-      auto [dropped, left] = impl_->DropTiers(id, *t, map.slot(e).row, bit);
+      auto [dropped, left] = impl_->DropTiers(id, *t, map.slot(e).row(), bit);
       if (dropped) ++result.removed;
-      if (left == 0) map.Erase(e);
+      if (left == 0) impl_->EraseEntry(*t, e);
     }
   }
   if (t->aliased) impl_->PurgeEngineMap(id, *t);
@@ -1329,6 +1467,26 @@ std::vector<BlockHash> KvIndex::RouterHashes(TargetId id) const {
 bool KvIndex::IsPrefixClosed(TargetId id) const {
   const Impl::Target* t = impl_->Live(id);
   return t != nullptr && t->closed;
+}
+
+void KvIndex::SetMaxBlocks(TargetId id, size_t max_blocks) {
+  Impl::Target* t = impl_->Live(id);
+  if (t == nullptr) return;
+  t->max_blocks = max_blocks;
+  t->epoch_stored = 0;
+  impl_->MaybeEvict(id, *t);
+  impl_->Refresh(id);
+  impl_->MaybeShrink();
+}
+
+size_t KvIndex::MaxBlocks(TargetId id) const {
+  const Impl::Target* t = impl_->Live(id);
+  return t ? t->max_blocks : 0;
+}
+
+uint64_t KvIndex::EvictedBlocks(TargetId id) const {
+  const Impl::Target* t = impl_->Live(id);
+  return t ? t->evicted : 0;
 }
 
 size_t KvIndex::MappedEngineHashCount(TargetId id) const {

@@ -48,6 +48,10 @@ enum class StoreOutcome : uint8_t {
   // was recorded, so later removals of these engine hashes are not applied.
   kCountMismatch,
   kUnknownTarget,
+  // parent_engine_hash is not in the map, and the target's bound evicted blocks since
+  // its last clear: the parent may be one of them (doc/index.md "Bounded views").
+  // Nothing was applied (the blocks would be unreachable for matching); not a gap.
+  kEvictedParent,
 };
 
 struct RemoveResult {
@@ -108,6 +112,15 @@ class KvIndex {
   // REQUIRES: out.size() == candidates.size(); candidates are live and distinct.
   void FindMatches(std::span<const BlockHash> chain, std::span<const TargetId> candidates,
                    std::span<MatchCounts> out) const;
+
+  // The bound of the target's view (doc/index.md "Bounded views"): past max_blocks
+  // distinct blocks, the target's oldest blocks (by when they were last stored) are
+  // evicted down to max_blocks − max_blocks / 16, with the blocks that became
+  // unreachable. 0 = unbounded (the default). Evicts at once when the view is over.
+  void SetMaxBlocks(TargetId id, size_t max_blocks);
+  size_t MaxBlocks(TargetId id) const;
+  // Blocks the bound evicted from the target's view since it was added.
+  uint64_t EvictedBlocks(TargetId id) const;
 
   // Distinct router hashes the target holds (on any tier): the admin cache view.
   size_t BlockCount(TargetId id) const;

@@ -17,7 +17,7 @@ using nlohmann::json;
 
 constexpr std::string_view kStringKeys[] = {
     "worker_id", "model_name", "engine", "disagg_mode", "kv_events_endpoint", "kv_replay_endpoint"};
-constexpr std::string_view kIntKeys[] = {"kv_block_size", "dp_rank", "dp_size"};
+constexpr std::string_view kIntKeys[] = {"kv_block_size", "dp_rank", "dp_size", "num_gpu_blocks"};
 
 bool IsOneOf(std::string_view key, auto& keys) {
   for (std::string_view k : keys) {

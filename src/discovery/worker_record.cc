@@ -156,6 +156,9 @@ absl::StatusOr<WorkerRecord> WorkerRecordFromJson(const json& obj) {
   if (r.dp_rank + r.dp_size > kMaxDpRanks) {
     return FieldError("dp_size", Cat("dp_rank + dp_size must be at most ", kMaxDpRanks));
   }
+  if (auto s = ReadUint(obj, "num_gpu_blocks", kMaxNumGpuBlocks, &r.num_gpu_blocks); !s.ok()) {
+    return s;
+  }
   return r;
 }
 
@@ -185,6 +188,7 @@ json WorkerRecordToJson(const WorkerRecord& r) {
       {"dp_size", r.dp_size},
   };
   if (!r.kv_replay_endpoint.empty()) out["kv_replay_endpoint"] = r.kv_replay_endpoint;
+  if (r.num_gpu_blocks > 0) out["num_gpu_blocks"] = r.num_gpu_blocks;
   return out;
 }
 

@@ -10,7 +10,7 @@
 //    "disagg_mode": "mixed", "disagg_meta": {"protocol": "", "params": {}},
 //    "kv_events_endpoint": "tcp://10.0.0.5:5557",
 //    "kv_replay_endpoint": "tcp://10.0.0.5:5558",
-//    "kv_block_size": 16, "dp_rank": 0, "dp_size": 1}
+//    "kv_block_size": 16, "dp_rank": 0, "dp_size": 1, "num_gpu_blocks": 8192}
 //
 // The struct is plain data so the router and the simulator can share it. The JSON
 // functions below parse untrusted text into StatusOr (InvalidArgument naming the
@@ -44,6 +44,10 @@ struct WorkerRecord {
   uint32_t kv_block_size = 16;
   uint32_t dp_rank = 0;  // first rank this record describes
   uint32_t dp_size = 1;  // ranks dp_rank .. dp_rank + dp_size - 1
+  // KV capacity of each rank in blocks of kv_block_size (vLLM's
+  // cache_config.num_gpu_blocks; Dynamo publishes it as total_kv_blocks); 0: unknown.
+  // Bounds the router's view of each rank (doc/index.md "Bounded views").
+  uint32_t num_gpu_blocks = 0;
 
   friend bool operator==(const WorkerRecord&, const WorkerRecord&) = default;
 };
@@ -51,6 +55,7 @@ struct WorkerRecord {
 // Bounds applied when parsing; a record outside them is rejected.
 inline constexpr uint32_t kMaxKvBlockSize = 1u << 16;
 inline constexpr uint32_t kMaxDpRanks = 1u << 12;  // dp_rank + dp_size <= this
+inline constexpr uint32_t kMaxNumGpuBlocks = 1u << 31;
 inline constexpr size_t kMaxRecordBytes = 64 * 1024;
 
 // "mixed" | "prefill" | "decode".
@@ -64,7 +69,7 @@ absl::StatusOr<WorkerRecord> ParseWorkerRecord(std::string_view json_text);
 absl::StatusOr<WorkerRecord> WorkerRecordFromJson(const nlohmann::json& value);
 
 // The canonical JSON of a record; ParseWorkerRecord(SerializeWorkerRecord(r)) == r
-// for every valid r. kv_replay_endpoint is omitted when empty.
+// for every valid r. kv_replay_endpoint is omitted when empty, num_gpu_blocks when 0.
 nlohmann::json WorkerRecordToJson(const WorkerRecord& record);
 std::string SerializeWorkerRecord(const WorkerRecord& record);
 

@@ -17,7 +17,7 @@ constexpr std::string_view kFull = R"({
   "disagg_meta": {"protocol": "sglang-bootstrap", "params": {"bootstrap_port": 8998}},
   "kv_events_endpoint": "tcp://10.0.0.5:5557",
   "kv_replay_endpoint": "tcp://10.0.0.5:5558",
-  "kv_block_size": 32, "dp_rank": 2, "dp_size": 4,
+  "kv_block_size": 32, "dp_rank": 2, "dp_size": 4, "num_gpu_blocks": 70000,
   "some_future_field": {"nested": [1, 2, 3]}
 })";
 
@@ -38,6 +38,7 @@ TEST(WorkerRecordTest, ParsesEveryField) {
   EXPECT_EQ(r->kv_block_size, 32u);
   EXPECT_EQ(r->dp_rank, 2u);
   EXPECT_EQ(r->dp_size, 4u);
+  EXPECT_EQ(r->num_gpu_blocks, 70000u);
 }
 
 TEST(WorkerRecordTest, DefaultsWhenOptionalFieldsAbsentOrNull) {
@@ -50,6 +51,7 @@ TEST(WorkerRecordTest, DefaultsWhenOptionalFieldsAbsentOrNull) {
   EXPECT_EQ(r->kv_block_size, 16u);
   EXPECT_EQ(r->dp_rank, 0u);
   EXPECT_EQ(r->dp_size, 1u);
+  EXPECT_EQ(r->num_gpu_blocks, 0u);  // unknown
   EXPECT_TRUE(r->kv_replay_endpoint.empty());
 }
 
@@ -62,9 +64,9 @@ TEST(WorkerRecordTest, RoundTrips) {
   EXPECT_EQ(*again, *r);
   // Exactly the §11 schema, with the optional replay endpoint present.
   auto j = nlohmann::json::parse(text);
-  for (const char* key :
-       {"worker_id", "url", "model_name", "engine", "disagg_mode", "disagg_meta",
-        "kv_events_endpoint", "kv_replay_endpoint", "kv_block_size", "dp_rank", "dp_size"}) {
+  for (const char* key : {"worker_id", "url", "model_name", "engine", "disagg_mode", "disagg_meta",
+                          "kv_events_endpoint", "kv_replay_endpoint", "kv_block_size", "dp_rank",
+                          "dp_size", "num_gpu_blocks"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["disagg_meta"]["protocol"], "sglang-bootstrap");
@@ -122,6 +124,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"url": "http://h:1", "kv_block_size": 1e30})", "non-negative integer"},
         BadCase{R"({"url": "http://h:1", "kv_block_size": 18446744073709551615})", "at most"},
         BadCase{R"({"url": "http://h:1", "dp_size": 0})", "must be positive"},
+        BadCase{R"({"url": "http://h:1", "num_gpu_blocks": -1})", "must not be negative"},
+        BadCase{R"({"url": "http://h:1", "num_gpu_blocks": 4294967295})", "at most"},
         BadCase{R"({"url": "http://h:1", "dp_rank": 4095, "dp_size": 2})", "dp_rank + dp_size"}));
 
 TEST(WorkerRecordTest, RejectsOversizedText) {

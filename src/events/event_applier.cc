@@ -58,6 +58,11 @@ ApplyStats ApplyEventBatch(core::KvIndex& index, core::TargetId id, const Decode
         ++stats.count_mismatches;
         stats.blocks_stored += e.hash_count;
         break;
+      case core::StoreOutcome::kEvictedParent:
+        // The parent may be a block the view's bound evicted: skipped, not a gap.
+        ++stats.evicted_parents;
+        --stats.events;
+        break;
       case core::StoreOutcome::kUnknownTarget:
         --stats.events;
         break;

@@ -35,6 +35,7 @@ struct ApplyStats {
   uint64_t blocks_removed = 0;         // (hash, tier) entries removed
   uint64_t cleared = 0;                // AllBlocksCleared events
   uint64_t unknown_parents = 0;        // BlockStored events whose parent the map did not know
+  uint64_t evicted_parents = 0;        // ... when the view's bound may have evicted it (skipped)
   uint64_t count_mismatches = 0;       // BlockStored whose hash count != router block count
   uint64_t block_size_mismatches = 0;  // BlockStored with another block_size than the target's
   // The last BlockStored block_size that differed from the target's (0: none).

@@ -93,6 +93,7 @@ core::TargetId KvEventIngestor::AddTarget(const IngestTarget& target) {
   {
     std::unique_lock<WriterPriorityMutex> index_lock(index_mu_);
     conn->id = index_.AddTarget(spec.key, spec.block_size);
+    index_.SetMaxBlocks(conn->id, spec.max_blocks);
   }
   registry_[name] = conn;
   commands_.push_back({conn, /*add=*/true});

@@ -44,6 +44,7 @@
 //   infera_kv_events_restarts_total          publisher restarts detected
 //   infera_kv_events_decode_errors_total     undecodable payloads or malformed frames
 //   infera_kv_events_unknown_parents_total   BlockStored with a parent the view lacks
+//   infera_kv_events_evicted_parents_total   ... that the view's bound may have evicted (skipped)
 //   infera_kv_events_dropped_total           duplicate / out-of-order messages dropped
 //   infera_kv_events_block_size_mismatches_total  BlockStored with another block size
 //

@@ -38,6 +38,7 @@ struct KvEventCounters {
   std::atomic<uint64_t> restarts{0};
   std::atomic<uint64_t> decode_errors{0};
   std::atomic<uint64_t> unknown_parents{0};
+  std::atomic<uint64_t> evicted_parents{0};
   std::atomic<uint64_t> dropped{0};
   std::atomic<uint64_t> block_size_mismatches{0};
 };
@@ -49,7 +50,8 @@ struct IngestTarget {
                                   // the target is indexed but has no event stream
   std::string replay_endpoint{};  // "" when the engine has no replay socket
   uint32_t block_size = 16;
-  std::string topic{};  // subscription prefix; "" = every topic
+  std::string topic{};    // subscription prefix; "" = every topic
+  size_t max_blocks = 0;  // bound of the target's view (core::KvIndex::SetMaxBlocks); 0: none
 
   friend bool operator==(const IngestTarget&, const IngestTarget&) = default;
 };

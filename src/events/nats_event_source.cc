@@ -214,6 +214,7 @@ core::TargetId NatsEventSource::AddTarget(const IngestTarget& target) {
   {
     std::unique_lock<WriterPriorityMutex> index_lock(index_mu_);
     t->id = index_.AddTarget(spec.key, spec.block_size);
+    index_.SetMaxBlocks(t->id, spec.max_blocks);
   }
   Target& added = *t;
   targets_[subject] = std::move(t);

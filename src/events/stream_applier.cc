@@ -50,6 +50,7 @@ bool StreamApplier::Apply(StreamState& s, const StreamTargetRef& target, uint64_
   counters_.blocks_removed.fetch_add(stats.blocks_removed, std::memory_order_relaxed);
   counters_.cleared.fetch_add(stats.cleared, std::memory_order_relaxed);
   counters_.unknown_parents.fetch_add(stats.unknown_parents, std::memory_order_relaxed);
+  counters_.evicted_parents.fetch_add(stats.evicted_parents, std::memory_order_relaxed);
   counters_.block_size_mismatches.fetch_add(stats.block_size_mismatches, std::memory_order_relaxed);
   if (stats.block_size_mismatches > 0 && !s.block_size_mismatch) {
     s.block_size_mismatch = true;

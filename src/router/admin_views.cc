@@ -128,6 +128,30 @@ void AdminViews::RenderPredictions(std::string& out, const Fleet& fleet) const {
          [&](const core::PredictionStats& p) { return u(p.drifting ? 1 : 0); });
 }
 
+void AdminViews::RenderIndexBound(std::string& out, const Fleet& fleet) const {
+  std::string bound, evicted;
+  index_.WithIndex([&](const core::KvIndex& index) {
+    for (const auto& w : fleet) {
+      for (size_t r = 0; r < w->targets.size(); ++r) {
+        const core::TargetKey key = w->KeyOf(r);
+        const auto id = index.FindTarget(key);
+        const std::string label = "{" + MetricLabel("worker_id", key.ToString()) + "} ";
+        bound += "infera_router_index_max_blocks" + label +
+                 std::to_string(id ? index.MaxBlocks(*id) : 0) + "\n";
+        evicted += "infera_router_index_blocks_evicted_total" + label +
+                   std::to_string(id ? index.EvictedBlocks(*id) : 0) + "\n";
+      }
+    }
+    return 0;
+  });
+  RenderHeader(out, "infera_router_index_max_blocks", "gauge",
+               "Bound of each target's cache view in blocks (--max-index-blocks; 0: none).");
+  out += bound;
+  RenderHeader(out, "infera_router_index_blocks_evicted_total", "counter",
+               "Blocks the bound evicted from each target's cache view (oldest first).");
+  out += evicted;
+}
+
 void AdminViews::RenderDemand(std::string& out, const Fleet& fleet) const {
   const bool on = planner_.demand_mode() != core::DemandMode::kOff;
   std::string tokens, requests;
@@ -188,6 +212,7 @@ std::string AdminViews::MetricsText() const {
     }
     return 0;
   });
+  RenderIndexBound(out, *fleet);
   RenderHeader(out, "infera_router_worker_breaker_state", "gauge",
                "Circuit breaker per worker: 0 closed, 1 open, 2 half-open.");
   for (const auto& w : *fleet) {
@@ -229,6 +254,9 @@ std::string AdminViews::MetricsText() const {
   counter("infera_kv_events_decode_errors_total", "Undecodable payloads.", c.decode_errors);
   counter("infera_kv_events_unknown_parents_total", "BlockStored with unknown parent.",
           c.unknown_parents);
+  counter("infera_kv_events_evicted_parents_total",
+          "BlockStored skipped: the parent may be a block the view's bound evicted.",
+          c.evicted_parents);
   if (const ApproxCounters* a = planner_.approx_counters()) {
     counter("infera_router_approx_blocks_recorded_total",
             "Approximate mode: blocks the router's picks predicted cached.", a->recorded);

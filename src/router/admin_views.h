@@ -56,6 +56,9 @@ class AdminViews {
   // infera_router_decode_demand_{tokens,requests}{target} of every decode target (the
   // series only with --decode-input-demand shadow|on).
   void RenderDemand(std::string& out, const Fleet& fleet) const;
+  // infera_router_index_max_blocks{target} (the bound of each view, 0: none) and
+  // infera_router_index_blocks_evicted_total{target} (doc/index.md "Bounded views").
+  void RenderIndexBound(std::string& out, const Fleet& fleet) const;
 
   const WorkerSet& workers_;
   const PickPlanner& planner_;

@@ -78,6 +78,7 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
       WorkerSetOptions{
           .kv_events = options_.kv_events,
           .kv_events_topic = options_.kv_events_topic,
+          .max_index_blocks = options_.max_index_blocks,
           .breaker_failures = options_.breaker_failures,
           .breaker_cooldown_ms = options_.breaker_cooldown_ms,
           // A probe that ends on its own is reported by the request timeout at the latest.

@@ -66,6 +66,9 @@ struct RouterOptions {
   // kv-aware policy: --approx-ttl-s (ttl_ns 0: off), --approx-max-blocks.
   core::ApproxConfig approx;
   std::string kv_events_topic;
+  // --max-index-blocks: the bound of every target's view; nullopt: per target from its
+  // record's num_gpu_blocks, else kDefaultMaxIndexBlocks (worker_set.h).
+  std::optional<size_t> max_index_blocks;
   // --kv-event-transport nats: events from JetStream (doc/nats-transport.md), not ZMQ.
   bool kv_events_nats = false;
   std::string nats_server = "nats://127.0.0.1:4222";  // --nats-server

@@ -21,6 +21,12 @@ std::string WorkerSet::RankEndpoint(const std::string& endpoint, uint32_t rank) 
   return events::OffsetEndpointPort(endpoint, rank);
 }
 
+size_t IndexBoundFor(const discovery::WorkerRecord& record, std::optional<size_t> flag) {
+  if (flag.has_value()) return *flag;
+  if (record.num_gpu_blocks > 0) return record.num_gpu_blocks + (record.num_gpu_blocks + 3) / 4;
+  return kDefaultMaxIndexBlocks;
+}
+
 void WorkerSet::Add(const discovery::WorkerRecord& record) {
   auto ep = http::ParseHttpUrl(record.url);
   if (!ep.ok()) {
@@ -43,6 +49,7 @@ void WorkerSet::Add(const discovery::WorkerRecord& record) {
     }
     t.block_size = record.kv_block_size == 0 ? 16 : record.kv_block_size;
     t.topic = options_.kv_events_topic;
+    t.max_blocks = IndexBoundFor(record, options_.max_index_blocks);
     w->targets.push_back(events_.AddTarget(t));
     for (int role = 0; role < 3; ++role) {
       w->picks[role].push_back(

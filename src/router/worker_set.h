@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -30,9 +31,20 @@ namespace infera::router {
 class PickPlanner;
 class RouterMetrics;
 
+// The bound of a target's view when --max-index-blocks is not given and the worker
+// record has no num_gpu_blocks (doc/index.md "Bounded views"): 16M tokens at block
+// size 16, above any one engine's device KV cache, ~40 MB of index per target.
+inline constexpr size_t kDefaultMaxIndexBlocks = size_t{1} << 20;
+
+// The bound of each of the record's targets: the flag when given (0: unbounded), else
+// 1.25 × the record's num_gpu_blocks (room for events in flight), else
+// kDefaultMaxIndexBlocks.
+size_t IndexBoundFor(const discovery::WorkerRecord& record, std::optional<size_t> flag);
+
 struct WorkerSetOptions {
-  bool kv_events = true;        // follow each target's KV events (false: index only)
-  std::string kv_events_topic;  // subscription prefix
+  bool kv_events = true;                   // follow each target's KV events (false: index only)
+  std::string kv_events_topic;             // subscription prefix
+  std::optional<size_t> max_index_blocks;  // --max-index-blocks (IndexBoundFor)
   uint32_t breaker_failures = 5;
   int64_t breaker_cooldown_ms = 10'000;
   // How long an unreported half-open probe holds its slot (CircuitBreaker).
