@@ -28,7 +28,7 @@ bench: build
 # The index soak (doc/soak.md): 12M blocks of KV-event churn (lost removals, workers
 # joining and leaving) into the real router; its RSS curve goes to $(BUILD)/soak/.
 soak: deps
-	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) --target infera-router infera-register
 	@mkdir -p $(BUILD)/soak
 	@/usr/bin/python3 tools/soak/index_soak.py --router $(BUILD)/apps/infera-router/infera-router \
