@@ -24,7 +24,10 @@ std::string AdminViews::HealthJson() const {
 std::string AdminViews::ModelsJson() const {
   json data = json::array();
   std::vector<std::string> seen;
-  for (const auto& w : *workers_.Snapshot()) {
+  // A named snapshot: `*workers_.Snapshot()` in the range would free the fleet
+  // under the loop when discovery publishes a new one (ASan: use-after-free).
+  const std::shared_ptr<const Fleet> fleet = workers_.Snapshot();
+  for (const auto& w : *fleet) {
     const std::string& m = w->record.model_name;
     if (m.empty() || std::find(seen.begin(), seen.end(), m) != seen.end()) continue;
     seen.push_back(m);
@@ -36,7 +39,8 @@ std::string AdminViews::ModelsJson() const {
 std::string AdminViews::WorkersJson() const {
   json list = json::array();
   static constexpr const char* kBreaker[] = {"closed", "open", "half_open"};
-  for (const auto& w : *workers_.Snapshot()) {
+  const std::shared_ptr<const Fleet> fleet = workers_.Snapshot();
+  for (const auto& w : *fleet) {
     json j = discovery::WorkerRecordToJson(w->record);
     j["breaker_state"] = kBreaker[static_cast<int>(w->health.state())];
     j["render_parity"] = RenderParityName(w->render_parity.load(std::memory_order_relaxed));
@@ -69,7 +73,8 @@ std::string AdminViews::WorkersJson() const {
 std::optional<std::string> AdminViews::CacheViewJson(const std::string& worker_id,
                                                      std::optional<uint32_t> dp_rank) const {
   uint32_t dp_size = 1;
-  for (const auto& w : *workers_.Snapshot()) {
+  const std::shared_ptr<const Fleet> fleet = workers_.Snapshot();
+  for (const auto& w : *fleet) {
     if (w->record.worker_id != worker_id) continue;
     dp_size = w->record.dp_size;
     if (!dp_rank) dp_rank = w->record.dp_rank;

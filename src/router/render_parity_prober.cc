@@ -30,7 +30,10 @@ void RenderParityProber::Start(std::optional<ProbeRendering> probe) {
   }
   probe_ = std::move(*probe);
   started_.store(true, std::memory_order_release);
-  for (const auto& w : *workers_.Snapshot()) Spawn(w);
+  // A named snapshot: `*workers_.Snapshot()` in the range would free the fleet
+  // under the loop when discovery publishes a new one (ASan: use-after-free).
+  const std::shared_ptr<const Fleet> fleet = workers_.Snapshot();
+  for (const auto& w : *fleet) Spawn(w);
   if (options_.interval_ns > 0) {
     asio::co_spawn(pool_.executor(0), Every(), asio::detached);
   }
@@ -51,7 +54,8 @@ http::Awaitable<void> RenderParityProber::Every() {
     boost::system::error_code ec;
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return;
-    for (const auto& w : *workers_.Snapshot()) Spawn(w);
+    const std::shared_ptr<const Fleet> fleet = workers_.Snapshot();
+    for (const auto& w : *fleet) Spawn(w);
   }
 }
 
