@@ -138,9 +138,9 @@ void AdminViews::RenderIndexBound(std::string& out, const Fleet& fleet) const {
   index_.WithIndex([&](const core::KvIndex& index) {
     for (const auto& w : fleet) {
       for (size_t r = 0; r < w->targets.size(); ++r) {
-        const core::TargetKey key = w->KeyOf(r);
-        const auto id = index.FindTarget(key);
-        const std::string label = "{" + MetricLabel("worker_id", key.ToString()) + "} ";
+        const auto id = index.FindTarget(w->KeyOf(r));
+        // The target's name, as every other per-target series labels it (<id>#dp<r>).
+        const std::string label = "{" + MetricLabel("worker_id", w->TargetName(r)) + "} ";
         bound += "infera_router_index_max_blocks" + label +
                  std::to_string(id ? index.MaxBlocks(*id) : 0) + "\n";
         evicted += "infera_router_index_blocks_evicted_total" + label +

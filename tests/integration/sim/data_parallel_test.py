@@ -127,6 +127,9 @@ def main():
         check(cached >= 7 * BLOCK, f"the engine served it from rank {r}'s cache ({cached})")
         status, text, _ = http("GET", base + "/metrics")
         check(f'worker_id="{first}"' in text, f"metrics label the target {first}")
+        bounds = re.findall(r'^infera_router_index_max_blocks\{worker_id="([^"]+)"\}', text, re.M)
+        check(sorted(bounds) == sorted(names),
+              f"the index bound series name every rank <id>#dp<r> too ({bounds})")
 
         # 3: the engine saw the pick's rank in the header on every request.
         picked = [names.index(pick(i)[0]) for i in range(4)]
