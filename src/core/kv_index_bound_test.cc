@@ -14,7 +14,7 @@
 namespace infera::core {
 namespace {
 
-constexpr size_t kBlock = 4;
+constexpr size_t kBoundBlock = 4;
 constexpr uint32_t kEpochs = 32;
 
 struct Rng {
@@ -30,7 +30,7 @@ struct Rng {
 
 std::vector<BlockHash> Chain(std::span<const TokenId> tokens, BlockHash parent = 0) {
   std::vector<BlockHash> out;
-  AppendChain(tokens, kBlock, parent, out);
+  AppendChain(tokens, kBoundBlock, parent, out);
   return out;
 }
 
@@ -130,17 +130,17 @@ void RunBounded(uint64_t seed, double lose_fraction) {
   for (size_t i = 0; i < bounds.size(); ++i) {
     std::string name = "t";  // (+= : GCC 12's -Wrestrict false positive on "t" + ...)
     name += std::to_string(i);
-    const TargetId t = index.AddTarget({name, 0}, kBlock);
+    const TargetId t = index.AddTarget({name, 0}, kBoundBlock);
     index.SetMaxBlocks(t, bounds[i]);
     ids.push_back(t);
     model[t].max = bounds[i];
   }
-  std::vector<TokenId> system(8 * kBlock);
+  std::vector<TokenId> system(8 * kBoundBlock);
   for (auto& tok : system) tok = static_cast<TokenId>(1 + rng.Uniform(1000));
   std::vector<std::vector<TokenId>> prompts;
   for (int c = 0; c < 16; ++c) {
-    std::vector<TokenId> p(system.begin(), system.begin() + (1 + rng.Uniform(8)) * kBlock);
-    const size_t extra = (4 + rng.Uniform(24)) * kBlock;
+    std::vector<TokenId> p(system.begin(), system.begin() + (1 + rng.Uniform(8)) * kBoundBlock);
+    const size_t extra = (4 + rng.Uniform(24)) * kBoundBlock;
     for (size_t i = 0; i < extra; ++i) p.push_back(static_cast<TokenId>(2000 + rng.Uniform(50000)));
     prompts.push_back(p);
   }
@@ -195,7 +195,7 @@ void RunBounded(uint64_t seed, double lose_fraction) {
       }
       std::optional<BlockHash> parent;
       if (run > 0) parent = EngineHash(t, chain[run - 1]);
-      const std::span<const TokenId> toks(p.data() + run * kBlock, len * kBlock);
+      const std::span<const TokenId> toks(p.data() + run * kBoundBlock, len * kBoundBlock);
       const StoreOutcome got = index.ApplyStored(t, parent, engine, toks, Tier::kDevice);
       if (parent && !m.entries.count(*parent)) {
         // The router lost the parent: to its bound (skipped, not a gap) or otherwise.
@@ -278,14 +278,14 @@ TEST(KvIndexBoundTest, MatchesNaiveBoundedModelWithoutLosses) {
 
 TEST(KvIndexBoundTest, LostRemovalsNeverGrowTheViewPastTheBound) {
   KvIndex index;
-  const TargetId w = index.AddTarget({"w", 0}, kBlock);
+  const TargetId w = index.AddTarget({"w", 0}, kBoundBlock);
   index.SetMaxBlocks(w, 1000);
   EXPECT_EQ(index.MaxBlocks(w), 1000u);
   // Every BlockRemoved is lost: 200k distinct blocks stored, the view stays bounded.
   Rng rng{5};
   size_t peak = 0;
   for (int i = 0; i < 25000; ++i) {
-    std::vector<TokenId> toks(8 * kBlock);
+    std::vector<TokenId> toks(8 * kBoundBlock);
     for (auto& tok : toks) tok = static_cast<TokenId>(rng.Next());
     std::vector<BlockHash> engine(8);
     for (auto& e : engine) e = rng.Next();
@@ -302,16 +302,16 @@ TEST(KvIndexBoundTest, LostRemovalsNeverGrowTheViewPastTheBound) {
 
 TEST(KvIndexBoundTest, EvictedBlocksComeBackWhenRestoredAndTheirRemovalIsANoOp) {
   KvIndex index;
-  const TargetId w = index.AddTarget({"w", 0}, kBlock);
+  const TargetId w = index.AddTarget({"w", 0}, kBoundBlock);
   index.SetMaxBlocks(w, 16);
-  std::vector<TokenId> first(4 * kBlock);
+  std::vector<TokenId> first(4 * kBoundBlock);
   for (size_t i = 0; i < first.size(); ++i) first[i] = static_cast<TokenId>(i + 1);
   ASSERT_EQ(
       index.ApplyStored(w, std::nullopt, std::vector<BlockHash>{1, 2, 3, 4}, first, Tier::kDevice),
       StoreOutcome::kOk);
   // 32 more root blocks: the first chain is the oldest and goes.
   for (BlockHash e = 100; e < 132; ++e) {
-    std::vector<TokenId> toks(kBlock, static_cast<TokenId>(e * 7));
+    std::vector<TokenId> toks(kBoundBlock, static_cast<TokenId>(e * 7));
     ASSERT_EQ(index.ApplyStored(w, std::nullopt, std::vector<BlockHash>{e}, toks, Tier::kDevice),
               StoreOutcome::kOk);
   }
@@ -326,7 +326,7 @@ TEST(KvIndexBoundTest, EvictedBlocksComeBackWhenRestoredAndTheirRemovalIsANoOp) 
   EXPECT_EQ(r.unknown, 2u);
   EXPECT_EQ(index.BlockCount(w), blocks);
   // A continuation of an evicted block: skipped as such (not an unknown parent).
-  std::vector<TokenId> more(kBlock, 9);
+  std::vector<TokenId> more(kBoundBlock, 9);
   EXPECT_EQ(index.ApplyStored(w, BlockHash{4}, std::vector<BlockHash>{5}, more, Tier::kDevice),
             StoreOutcome::kEvictedParent);
   // The engine stores the chain again: it is back, matched from the root.
@@ -345,16 +345,16 @@ TEST(KvIndexBoundTest, EvictedBlocksComeBackWhenRestoredAndTheirRemovalIsANoOp) 
 
 TEST(KvIndexBoundTest, ASharedPrefixStaysWhileYoungContinuationsHangBelowIt) {
   KvIndex index;
-  const TargetId w = index.AddTarget({"w", 0}, kBlock);
+  const TargetId w = index.AddTarget({"w", 0}, kBoundBlock);
   index.SetMaxBlocks(w, 64);
   // The system prompt (8 blocks) is the oldest store; continuations keep coming.
-  std::vector<TokenId> system(8 * kBlock);
+  std::vector<TokenId> system(8 * kBoundBlock);
   for (size_t i = 0; i < system.size(); ++i) system[i] = static_cast<TokenId>(i + 1);
   std::vector<BlockHash> engine(8);
   for (size_t i = 0; i < 8; ++i) engine[i] = 1000 + i;
   ASSERT_EQ(index.ApplyStored(w, std::nullopt, engine, system, Tier::kDevice), StoreOutcome::kOk);
   for (BlockHash e = 1; e <= 400; ++e) {
-    std::vector<TokenId> toks(kBlock, static_cast<TokenId>(e + 5000));
+    std::vector<TokenId> toks(kBoundBlock, static_cast<TokenId>(e + 5000));
     ASSERT_EQ(index.ApplyStored(w, BlockHash{1007}, std::vector<BlockHash>{e}, toks, Tier::kDevice),
               StoreOutcome::kOk);
     ASSERT_LE(index.BlockCount(w), 64u);
@@ -367,12 +367,12 @@ TEST(KvIndexBoundTest, ASharedPrefixStaysWhileYoungContinuationsHangBelowIt) {
 
 TEST(KvIndexBoundTest, UnmappedBlocksPastTheBoundClearTheView) {
   KvIndex index;
-  const TargetId w = index.AddTarget({"w", 0}, kBlock);
+  const TargetId w = index.AddTarget({"w", 0}, kBoundBlock);
   index.SetMaxBlocks(w, 10);
   // Engine hash counts that do not match the block count (a block-size mismatch):
   // the blocks cannot be aged, so the view is cleared once they pass the bound.
   for (int i = 0; i < 6; ++i) {
-    std::vector<TokenId> toks(2 * kBlock, static_cast<TokenId>(i * 100 + 1));
+    std::vector<TokenId> toks(2 * kBoundBlock, static_cast<TokenId>(i * 100 + 1));
     toks[0] = static_cast<TokenId>(i);
     EXPECT_EQ(index.ApplyStored(w, std::nullopt, std::vector<BlockHash>{BlockHash(i + 1)}, toks,
                                 Tier::kDevice),
@@ -384,9 +384,9 @@ TEST(KvIndexBoundTest, UnmappedBlocksPastTheBoundClearTheView) {
 
 TEST(KvIndexBoundTest, LoweringTheBoundEvictsAtOnceAndANewTargetStartsUnbounded) {
   KvIndex index;
-  const TargetId w = index.AddTarget({"w", 0}, kBlock);
+  const TargetId w = index.AddTarget({"w", 0}, kBoundBlock);
   for (BlockHash e = 1; e <= 100; ++e) {
-    std::vector<TokenId> toks(kBlock, static_cast<TokenId>(e));
+    std::vector<TokenId> toks(kBoundBlock, static_cast<TokenId>(e));
     index.ApplyStored(w, std::nullopt, std::vector<BlockHash>{e}, toks, Tier::kDevice);
   }
   EXPECT_EQ(index.BlockCount(w), 100u);
@@ -394,7 +394,7 @@ TEST(KvIndexBoundTest, LoweringTheBoundEvictsAtOnceAndANewTargetStartsUnbounded)
   EXPECT_LE(index.BlockCount(w), 32u);
   EXPECT_EQ(index.EvictedBlocks(w), 100u - index.BlockCount(w));
   index.RemoveTarget(w);
-  const TargetId again = index.AddTarget({"w2", 0}, kBlock);
+  const TargetId again = index.AddTarget({"w2", 0}, kBoundBlock);
   EXPECT_EQ(again, w);  // the id is reused; its bound and counter are not
   EXPECT_EQ(index.MaxBlocks(again), 0u);
   EXPECT_EQ(index.EvictedBlocks(again), 0u);

@@ -13,19 +13,19 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr size_t kBlock = 4;
+constexpr size_t kPlanBlock = 4;
 
 // Two prefill, two decode and one mixed target over one index; a 10-block prompt.
 class PdPlannerTest : public ::testing::Test {
  protected:
-  PdPlannerTest() : tokens_(10 * kBlock) {
+  PdPlannerTest() : tokens_(10 * kPlanBlock) {
     std::iota(tokens_.begin(), tokens_.end(), 100);
-    chain_ = HashChain(tokens_, kBlock);
-    p0_ = index_.AddTarget({"p0:1", 0}, kBlock);
-    p1_ = index_.AddTarget({"p1:1", 0}, kBlock);
-    d0_ = index_.AddTarget({"d0:1", 0}, kBlock);
-    d1_ = index_.AddTarget({"d1:1", 0}, kBlock);
-    m0_ = index_.AddTarget({"m0:1", 0}, kBlock);
+    chain_ = HashChain(tokens_, kPlanBlock);
+    p0_ = index_.AddTarget({"p0:1", 0}, kPlanBlock);
+    p1_ = index_.AddTarget({"p1:1", 0}, kPlanBlock);
+    d0_ = index_.AddTarget({"d0:1", 0}, kPlanBlock);
+    d1_ = index_.AddTarget({"d1:1", 0}, kPlanBlock);
+    m0_ = index_.AddTarget({"m0:1", 0}, kPlanBlock);
   }
 
   PolicyConfig Weights(double prefill, double decode) {
@@ -287,7 +287,7 @@ TEST_F(PdPlannerTest, PinSeamShrinksEachPoolBeforeItsPick) {
 
 TEST_F(PdPlannerTest, PinSeamAppliesToTheMixedPoolAndTheUncachedCheck) {
   Selector& selector = Make(Weights(20, 2));
-  const TargetId m1 = index_.AddTarget({"m1:1", 0}, kBlock);
+  const TargetId m1 = index_.AddTarget({"m1:1", 0}, kPlanBlock);
   {
     PdPlanner planner(selector, index_);
     planner.set_pin([&](Role pool, std::vector<TargetId>& c) {

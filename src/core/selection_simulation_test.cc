@@ -20,7 +20,7 @@
 namespace infera::core {
 namespace {
 
-constexpr size_t kBlock = 16;
+constexpr size_t kSimBlock = 16;
 
 struct Outcome {
   std::map<int, std::map<TargetId, int>> picks_by_group;  // group -> target -> picks
@@ -67,7 +67,7 @@ Outcome Simulate(Policy policy, int targets, int groups, int requests, size_t in
   KvIndex index;
   std::vector<TargetId> ids;
   for (int i = 0; i < targets; ++i) {
-    ids.push_back(index.AddTarget({absl::StrCat("w", i, ":8000"), 0}, kBlock));
+    ids.push_back(index.AddTarget({absl::StrCat("w", i, ":8000"), 0}, kSimBlock));
   }
   PolicyConfig config;
   config.policy = policy;
@@ -88,11 +88,11 @@ Outcome Simulate(Policy policy, int targets, int groups, int requests, size_t in
   TokenId next_unique = 1'000'000;
   for (int r = 0; r < requests; ++r) {
     const int g = hot_group >= 0 ? hot_group : static_cast<int>(rng.Uniform(groups));
-    std::vector<TokenId> tokens((kPrefixBlocks + kQuestionBlocks) * kBlock);
-    for (size_t i = 0; i < kPrefixBlocks * kBlock; ++i) {
+    std::vector<TokenId> tokens((kPrefixBlocks + kQuestionBlocks) * kSimBlock);
+    for (size_t i = 0; i < kPrefixBlocks * kSimBlock; ++i) {
       tokens[i] = static_cast<TokenId>(g * 100000 + i);
     }
-    for (size_t i = kPrefixBlocks * kBlock; i < tokens.size(); ++i) tokens[i] = next_unique++;
+    for (size_t i = kPrefixBlocks * kSimBlock; i < tokens.size(); ++i) tokens[i] = next_unique++;
     RoutingInput input;
     input.request_id = "r";
     input.tokens = std::span<const TokenId>(tokens);
@@ -101,7 +101,7 @@ Outcome Simulate(Policy policy, int targets, int groups, int requests, size_t in
     ++out.picks_by_group[g][pick->picked];
     cached += pick->cache_hits;
     total += pick->request_blocks;
-    running.push_back({pick->picked, HashChain(tokens, kBlock), std::move(pick->guard)});
+    running.push_back({pick->picked, HashChain(tokens, kSimBlock), std::move(pick->guard)});
     while (running.size() > inflight || (inflight == 0 && !running.empty())) {
       // Completion: release the load, and the engine reports the blocks it cached.
       InFlight done = std::move(running.front());

@@ -12,7 +12,7 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-absl::StatusOr<WorkerRecord> Record(const json& fields) {
+absl::StatusOr<WorkerRecord> ParseFields(const json& fields) {
   json obj = {{"url", "http://10.0.0.7:30000"}};
   obj.update(fields);
   return WorkerRecordFromJson(obj);
@@ -33,8 +33,8 @@ TEST(DisaggMetaTest, ProtocolNamesRoundTrip) {
 }
 
 TEST(DisaggMetaTest, SglangPrefillDefaultsHostFromUrlAndPort8998) {
-  auto r =
-      Record({{"disagg_mode", "prefill"}, {"disagg_meta", {{"protocol", "sglang-bootstrap"}}}});
+  auto r = ParseFields(
+      {{"disagg_mode", "prefill"}, {"disagg_meta", {{"protocol", "sglang-bootstrap"}}}});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->pd_protocol, PdProtocol::kSglangBootstrap);
   EXPECT_EQ(r->pd.bootstrap_host, "10.0.0.7");
@@ -48,7 +48,8 @@ TEST(DisaggMetaTest, SglangPrefillDefaultsHostFromUrlAndPort8998) {
 }
 
 TEST(DisaggMetaTest, SglangPrefillExplicitParams) {
-  auto r = Record({{"disagg_mode", "prefill"},
+  auto r =
+      ParseFields({{"disagg_mode", "prefill"},
                    {"disagg_meta",
                     {{"protocol", "sglang-bootstrap"},
                      {"params", {{"bootstrap_host", "p0.internal"}, {"bootstrap_port", 30001}}}}}});
@@ -58,56 +59,58 @@ TEST(DisaggMetaTest, SglangPrefillExplicitParams) {
 }
 
 TEST(DisaggMetaTest, SglangDecodeNeedsNoParams) {
-  auto r = Record({{"disagg_mode", "decode"}, {"disagg_meta", {{"protocol", "sglang-bootstrap"}}}});
+  auto r =
+      ParseFields({{"disagg_mode", "decode"}, {"disagg_meta", {{"protocol", "sglang-bootstrap"}}}});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->pd, PdParams{});
   EXPECT_EQ(r->disagg_params_json, "{}");
 }
 
 TEST(DisaggMetaTest, MooncakePrefillDefaultsAddrAndNeedsEngineId) {
-  auto r =
-      Record({{"disagg_mode", "prefill"},
-              {"disagg_meta", {{"protocol", "vllm-mooncake"}, {"params", {{"engine_id", "e0"}}}}}});
+  auto r = ParseFields(
+      {{"disagg_mode", "prefill"},
+       {"disagg_meta", {{"protocol", "vllm-mooncake"}, {"params", {{"engine_id", "e0"}}}}}});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->pd.bootstrap_addr, "10.0.0.7:8998");
   EXPECT_EQ(r->pd.engine_id, "e0");
   auto explicit_addr =
-      Record({{"disagg_mode", "prefill"},
-              {"disagg_meta",
-               {{"protocol", "vllm-mooncake"},
-                {"params", {{"engine_id", "e1"}, {"bootstrap_addr", "10.0.0.9:9000"}}}}}});
+      ParseFields({{"disagg_mode", "prefill"},
+                   {"disagg_meta",
+                    {{"protocol", "vllm-mooncake"},
+                     {"params", {{"engine_id", "e1"}, {"bootstrap_addr", "10.0.0.9:9000"}}}}}});
   ASSERT_TRUE(explicit_addr.ok()) << explicit_addr.status();
   EXPECT_EQ(explicit_addr->pd.bootstrap_addr, "10.0.0.9:9000");
-  EXPECT_THAT(ErrorOf(Record(
+  EXPECT_THAT(ErrorOf(ParseFields(
                   {{"disagg_mode", "prefill"}, {"disagg_meta", {{"protocol", "vllm-mooncake"}}}})),
               HasSubstr("'disagg_meta.params.engine_id' is required"));
 }
 
 TEST(DisaggMetaTest, NixlNeedsNothingAndKeepsUnknownParams) {
-  auto r = Record({{"disagg_mode", "prefill"},
-                   {"disagg_meta", {{"protocol", "vllm-nixl"}, {"params", {{"future", 1}}}}}});
+  auto r = ParseFields({{"disagg_mode", "prefill"},
+                        {"disagg_meta", {{"protocol", "vllm-nixl"}, {"params", {{"future", 1}}}}}});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->pd_protocol, PdProtocol::kVllmNixl);
   EXPECT_EQ(json::parse(r->disagg_params_json), json({{"future", 1}}));
 }
 
 TEST(DisaggMetaTest, MixedWorkerMayOmitProtocol) {
-  auto r = Record(json::object());
+  auto r = ParseFields(json::object());
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->pd_protocol, PdProtocol::kNone);
 }
 
 TEST(DisaggMetaTest, RejectsWithClearErrors) {
-  EXPECT_THAT(ErrorOf(Record({{"disagg_mode", "prefill"}})),
+  EXPECT_THAT(ErrorOf(ParseFields({{"disagg_mode", "prefill"}})),
               HasSubstr("'disagg_meta.protocol' is required for a prefill worker"));
-  EXPECT_THAT(ErrorOf(Record({{"disagg_mode", "decode"}, {"disagg_meta", {{"protocol", ""}}}})),
-              HasSubstr("required for a decode worker"));
   EXPECT_THAT(
-      ErrorOf(Record({{"disagg_mode", "prefill"}, {"disagg_meta", {{"protocol", "nccl"}}}})),
+      ErrorOf(ParseFields({{"disagg_mode", "decode"}, {"disagg_meta", {{"protocol", ""}}}})),
+      HasSubstr("required for a decode worker"));
+  EXPECT_THAT(
+      ErrorOf(ParseFields({{"disagg_mode", "prefill"}, {"disagg_meta", {{"protocol", "nccl"}}}})),
       HasSubstr("must be sglang-bootstrap, vllm-nixl or vllm-mooncake, got 'nccl'"));
   auto sglang = [](json params) {
-    return Record({{"disagg_mode", "prefill"},
-                   {"disagg_meta", {{"protocol", "sglang-bootstrap"}, {"params", params}}}});
+    return ParseFields({{"disagg_mode", "prefill"},
+                        {"disagg_meta", {{"protocol", "sglang-bootstrap"}, {"params", params}}}});
   };
   EXPECT_THAT(ErrorOf(sglang({{"bootstrap_port", 0}})),
               HasSubstr("bootstrap_port' must be an integer port"));
@@ -117,8 +120,8 @@ TEST(DisaggMetaTest, RejectsWithClearErrors) {
               HasSubstr("bootstrap_host' must be a string"));
   EXPECT_THAT(ErrorOf(sglang({{"bootstrap_host", "a b"}})), HasSubstr("no whitespace"));
   auto mooncake = [](json params) {
-    return Record({{"disagg_mode", "prefill"},
-                   {"disagg_meta", {{"protocol", "vllm-mooncake"}, {"params", params}}}});
+    return ParseFields({{"disagg_mode", "prefill"},
+                        {"disagg_meta", {{"protocol", "vllm-mooncake"}, {"params", params}}}});
   };
   EXPECT_THAT(ErrorOf(mooncake({{"engine_id", "e"}, {"bootstrap_addr", "hostonly"}})),
               HasSubstr("bootstrap_addr' must be \"host:port\" with a port 1..65535"));

@@ -280,7 +280,7 @@ class Decoder {
         uint32_t n;
         if (!r_.ReadArrayHeader(n)) return Bad("block_hashes is not an array");
         for (uint32_t i = 0; i < n; ++i) {
-          uint64_t h;
+          uint64_t h = 0;  // g++ -O3 in a unity build: a false maybe-uninitialized
           if (!Hash(h)) return false;
           out_.hashes.push_back(h);
         }

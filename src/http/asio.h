@@ -20,4 +20,10 @@ namespace asio = boost::asio;
 template <typename T>
 using Awaitable = asio::awaitable<T>;
 
+// A completion token for `co_await op(..., NoThrow(ec))`: the error lands in `ec`
+// instead of being thrown (shared by the server and the client).
+inline auto NoThrow(boost::system::error_code& ec) {
+  return asio::redirect_error(asio::use_awaitable, ec);
+}
+
 }  // namespace infera::http

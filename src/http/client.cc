@@ -18,8 +18,6 @@ using asio::use_awaitable;
 
 namespace {
 
-auto NoThrow(beast::error_code& ec) { return asio::redirect_error(use_awaitable, ec); }
-
 // absl's own string_view (Debian's absl is not built on std::string_view).
 constexpr absl::string_view kLocalErrorPayload = "infera.http/local-error";
 

@@ -47,8 +47,6 @@ std::string PercentDecode(std::string_view s) {
   return out;
 }
 
-auto NoThrow(beast::error_code& ec) { return asio::redirect_error(use_awaitable, ec); }
-
 // Bytes of pipelined requests the disconnect watch buffers while a handler runs;
 // past this it stops reading (and so stops noticing a disconnect) until the
 // handler returns.

@@ -7,17 +7,14 @@
 #include <numeric>
 
 #include "core/hashing.h"
+#include "sim/test_tokens.h"
 
 namespace infera::sim {
 namespace {
 
 using core::TokenId;
 
-std::vector<TokenId> Tokens(size_t n, TokenId first) {
-  std::vector<TokenId> t(n);
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
+using test_util::Tokens;
 
 EngineConfig SmallConfig() {
   EngineConfig c;

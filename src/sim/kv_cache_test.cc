@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/hashing.h"
+#include "sim/test_tokens.h"
 
 namespace infera::sim {
 namespace {
@@ -14,11 +15,7 @@ using core::TokenId;
 
 constexpr uint64_t kSeed = 77;
 
-std::vector<TokenId> Tokens(size_t n, TokenId first) {
-  std::vector<TokenId> t(n);
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
+using test_util::Tokens;
 
 std::vector<BlockHash> Chain(const std::vector<TokenId>& tokens, size_t bs) {
   std::vector<BlockHash> out;
