@@ -240,16 +240,35 @@ double LoadState::PendingPrefillBlocks(TargetId target) const {
 double LoadState::KvPressure(TargetId target, size_t incoming_blocks) const {
   const size_t capacity = CapacityBlocks(target);
   if (capacity == 0) return 0;
-  const double used = static_cast<double>(ActiveBlocks(target) + incoming_blocks);
+  const double used =
+      static_cast<double>(ActiveBlocks(target) + RemoteActiveBlocks(target) + incoming_blocks);
   const double excess = used - options_.kv_pressure_threshold * static_cast<double>(capacity);
   return excess > 0 ? options_.kv_pressure_slope * excess : 0;
 }
 
 double LoadState::Load(TargetId target, size_t incoming_blocks) const {
   if (options_.term == LoadTerm::kSpec) {
-    return static_cast<double>(ActiveBlocks(target)) + RecentBlocks(target);
+    return static_cast<double>(ActiveBlocks(target) + RemoteActiveBlocks(target)) +
+           RecentBlocks(target);
   }
-  return PendingPrefillBlocks(target) + KvPressure(target, incoming_blocks);
+  return PendingPrefillBlocks(target) + RemotePendingPrefillBlocks(target) +
+         KvPressure(target, incoming_blocks);
+}
+
+void LoadState::SetRemote(TargetId target, size_t active_blocks, double pending_prefill_blocks) {
+  Slot& slot = SlotFor(target);
+  slot.remote_active_blocks = active_blocks;
+  slot.remote_prefill_blocks = std::max(0.0, pending_prefill_blocks);
+}
+
+size_t LoadState::RemoteActiveBlocks(TargetId target) const {
+  const Slot* slot = FindSlot(target);
+  return slot ? slot->remote_active_blocks : 0;
+}
+
+double LoadState::RemotePendingPrefillBlocks(TargetId target) const {
+  const Slot* slot = FindSlot(target);
+  return slot ? slot->remote_prefill_blocks : 0.0;
 }
 
 size_t LoadState::PendingGuards() const {

@@ -30,6 +30,10 @@
 //    unknown): free below the threshold (80 %), steep above it, where the engine
 //    would start to preempt. Recent blocks are not counted: pending prefill is the
 //    same charge (a pick's missed blocks) held until the prefill is done.
+//  * Remote load (--router-replica-sync, doc/replica-sync.md): the other replicas'
+//    active and pending prefill blocks on the target (SetRemote) add to the local
+//    ones in Load() and KvPressure() (kSpec adds remote active blocks). ActiveBlocks()
+//    and PendingPrefillBlocks() stay this replica's own (what it publishes).
 //
 // Targets are the KvIndex's TargetIds. State for a target is created on first use;
 // RemoveTarget() drops it. Ids are reused by the index, so every target slot carries
@@ -161,6 +165,11 @@ class LoadState {
   double KvPressure(TargetId target, size_t incoming_blocks) const;
   // The load term of the cost for a request of `incoming_blocks` (see above).
   double Load(TargetId target, size_t incoming_blocks = 0) const;
+  // The other router replicas' load on the target (sums over replicas, >= 0); the
+  // sync edge sets it after each applied message batch. 0, 0 when never set.
+  void SetRemote(TargetId target, size_t active_blocks, double pending_prefill_blocks);
+  size_t RemoteActiveBlocks(TargetId target) const;
+  double RemotePendingPrefillBlocks(TargetId target) const;
   // Guards handed out and not yet released, across all live targets.
   size_t PendingGuards() const;
 
@@ -199,6 +208,8 @@ class LoadState {
     size_t capacity_blocks = 0;
     size_t most_cached_blocks = 0;       // the most the view ever held
     size_t learned_capacity_blocks = 0;  // set once the view shrank (it evicted)
+    size_t remote_active_blocks = 0;     // other replicas' (SetRemote)
+    double remote_prefill_blocks = 0;
   };
   Slot& SlotFor(TargetId target);
   const Slot* FindSlot(TargetId target) const;

@@ -232,6 +232,36 @@ TEST(LoadStateTest, CapacityLearnedAfterTheViewShrinks) {
   EXPECT_EQ(load.CapacityBlocks(0), 1000u);
 }
 
+TEST(LoadStateTest, RemoteLoadAddsToTheLoadTermButNotToTheOwnCounts) {
+  LoadState load;  // kWork
+  std::vector<BlockHash> chain = {1, 2, 3, 4};
+  auto a = load.AddActive(0, chain, 0, PendingPrefill{.blocks = 4, .last_block = {}});
+  auto b = load.AddActive(1, chain, 0, PendingPrefill{.blocks = 4, .last_block = {}});
+  EXPECT_DOUBLE_EQ(load.Load(0), load.Load(1));  // a tie locally
+  load.SetRemote(1, 6, 5.5);                     // other replicas are busy on 1
+  EXPECT_GT(load.Load(1), load.Load(0));         // so 1 loses it
+  EXPECT_DOUBLE_EQ(load.Load(1), 4 + 5.5);
+  EXPECT_EQ(load.ActiveBlocks(1), 4u);  // what this replica publishes stays its own
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(1), 4);
+  EXPECT_EQ(load.RemoteActiveBlocks(1), 6u);
+  // Remote active blocks count in the KV pressure: 4 + 6 + 2 incoming over 0.8 × 10.
+  load.SetCapacityBlocks(1, 10);
+  EXPECT_DOUBLE_EQ(load.KvPressure(1, 2), 4.0 * (12 - 8));
+  load.SetRemote(1, 0, -1);  // cleared; a negative pending clamps to 0
+  EXPECT_DOUBLE_EQ(load.RemotePendingPrefillBlocks(1), 0);
+  load.SetRemote(1, 3, 1);
+  load.RemoveTarget(1);
+  EXPECT_EQ(load.RemoteActiveBlocks(1), 0u);
+
+  LoadOptions spec_options;
+  spec_options.term = LoadTerm::kSpec;
+  spec_options.recent_decay = 0;
+  LoadState spec(spec_options);
+  auto c = spec.AddActive(0, chain);
+  spec.SetRemote(0, 5, 2);
+  EXPECT_DOUBLE_EQ(spec.Load(0), 4 + 5);  // the spec's active blocks, fleet-wide
+}
+
 TEST(LoadStateTest, ParseLoadTerm) {
   EXPECT_EQ(*ParseLoadTerm("work"), LoadTerm::kWork);
   EXPECT_EQ(*ParseLoadTerm("spec"), LoadTerm::kSpec);
