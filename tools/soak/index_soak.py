@@ -155,6 +155,8 @@ def main():
     ap.add_argument("--csv", default=None)
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--trace-batches", type=int, default=0,
+                    help="every N batches, print RSS and the backlog (published - applied)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     ctx = zmq.Context()
@@ -215,6 +217,7 @@ def main():
         next_sample = 0
         next_rotate = args.rotate_blocks
         joins = leaves = 0
+        batches = 0
         violations = []
         while True:
             if stored >= next_sample or stored >= args.blocks:
@@ -253,6 +256,13 @@ def main():
                 workers.append(join())
                 joins += 1
                 next_rotate += args.rotate_blocks
+            batches += 1
+            if args.trace_batches and batches % args.trace_batches == 0:
+                applied_now = scalar(metrics(base), "infera_kv_events_blocks_stored_total")
+                print("trace", json.dumps({"t_s": round(time.time() - t_start, 2),
+                                           "published_blocks": published[0],
+                                           "backlog_blocks": int(published[0] - applied_now),
+                                           "rss_kb": rss_kb(pid)}), flush=True)
             w = workers[rng.randrange(len(workers))]
             n, conv_id = w.step(conv_id)
             stored += n
