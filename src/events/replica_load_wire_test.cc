@@ -11,7 +11,7 @@
 namespace infera::events {
 namespace {
 
-std::span<const uint8_t> Bytes(const std::string& s) {
+std::span<const uint8_t> AsSpan(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
@@ -41,7 +41,7 @@ TEST(ReplicaLoadWireTest, RoundTripsEveryField) {
   core::RemoteLoadMessage m = Message(3);
   std::vector<std::string> parts = EncodeReplicaLoad(m);
   ASSERT_EQ(parts.size(), 1u);
-  auto decoded = DecodeReplicaLoad(Bytes(parts[0]));
+  auto decoded = DecodeReplicaLoad(AsSpan(parts[0]));
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->replica, m.replica);
   EXPECT_EQ(decoded->epoch, 7u);
@@ -62,7 +62,7 @@ TEST(ReplicaLoadWireTest, RoundTripsEveryField) {
   empty.kind = core::RemoteLoadKind::kDelta;
   parts = EncodeReplicaLoad(empty);
   ASSERT_EQ(parts.size(), 1u);
-  decoded = DecodeReplicaLoad(Bytes(parts[0]));
+  decoded = DecodeReplicaLoad(AsSpan(parts[0]));
   ASSERT_TRUE(decoded.ok());
   EXPECT_EQ(decoded->kind, core::RemoteLoadKind::kDelta);
   EXPECT_TRUE(decoded->targets.empty());
@@ -78,7 +78,7 @@ TEST(ReplicaLoadWireTest, ALargeSnapshotSplitsIntoConsecutivePartsTheReceiverJoi
   size_t targets = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
     EXPECT_LE(parts[i].size(), kReplicaLoadMaxBytes);
-    auto decoded = DecodeReplicaLoad(Bytes(parts[i]));
+    auto decoded = DecodeReplicaLoad(AsSpan(parts[i]));
     ASSERT_TRUE(decoded.ok()) << decoded.status();
     EXPECT_EQ(decoded->seq, 100 + i);
     targets += decoded->targets.size();
@@ -93,7 +93,7 @@ TEST(ReplicaLoadWireTest, ALargeSnapshotSplitsIntoConsecutivePartsTheReceiverJoi
 TEST(ReplicaLoadWireTest, EveryTruncationAndCorruptionIsAnErrorNotACrash) {
   std::string good = EncodeReplicaLoad(Message(4))[0];
   for (size_t n = 0; n < good.size(); ++n) {
-    auto decoded = DecodeReplicaLoad(Bytes(good.substr(0, n)));
+    auto decoded = DecodeReplicaLoad(AsSpan(good.substr(0, n)));
     EXPECT_FALSE(decoded.ok()) << n;
     if (!decoded.ok()) {
       EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument);
@@ -103,11 +103,11 @@ TEST(ReplicaLoadWireTest, EveryTruncationAndCorruptionIsAnErrorNotACrash) {
   for (size_t i = 0; i < good.size(); ++i) {
     std::string bad = good;
     bad[i] = static_cast<char>(bad[i] ^ 0x5a);
-    (void)DecodeReplicaLoad(Bytes(bad));
+    (void)DecodeReplicaLoad(AsSpan(bad));
   }
-  EXPECT_FALSE(DecodeReplicaLoad(Bytes(good + "x")).ok());             // trailing bytes
-  EXPECT_FALSE(DecodeReplicaLoad(Bytes(good), good.size() - 1).ok());  // over the limit
-  EXPECT_FALSE(DecodeReplicaLoad(Bytes(std::string(kReplicaLoadMaxBytes + 1, '\x90'))).ok());
+  EXPECT_FALSE(DecodeReplicaLoad(AsSpan(good + "x")).ok());             // trailing bytes
+  EXPECT_FALSE(DecodeReplicaLoad(AsSpan(good), good.size() - 1).ok());  // over the limit
+  EXPECT_FALSE(DecodeReplicaLoad(AsSpan(std::string(kReplicaLoadMaxBytes + 1, '\x90'))).ok());
 }
 
 TEST(ReplicaLoadWireTest, MissingKeysBadKindAndBadTargetsAreRejectedUnknownKeysSkipped) {
@@ -129,25 +129,25 @@ TEST(ReplicaLoadWireTest, MissingKeysBadKindAndBadTargetsAreRejectedUnknownKeysS
       "delta";
   // [["w", 0, 1, 0.0 as int 0, 0, 0]]
   const std::string one = std::string("\x91\x96\xa1w\x00\x01\x00\x00\x00", 9);
-  auto ok = DecodeReplicaLoad(Bytes(map(delta, one)));
+  auto ok = DecodeReplicaLoad(AsSpan(map(delta, one)));
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->targets[0].active_blocks, 1);
-  EXPECT_TRUE(DecodeReplicaLoad(Bytes(map(delta, one,
+  EXPECT_TRUE(DecodeReplicaLoad(AsSpan(map(delta, one,
                                           "\xa5"
                                           "extra\x92\x01\x02",
                                           7)))
                   .ok());
-  EXPECT_FALSE(DecodeReplicaLoad(Bytes(map("\xa4huge", one))).ok());
+  EXPECT_FALSE(DecodeReplicaLoad(AsSpan(map("\xa4huge", one))).ok());
   EXPECT_FALSE(
-      DecodeReplicaLoad(Bytes(map(delta, std::string("\x91\x92\xa1w\x00", 5)))).ok());  // width 2
+      DecodeReplicaLoad(AsSpan(map(delta, std::string("\x91\x92\xa1w\x00", 5)))).ok());  // width 2
   EXPECT_FALSE(
-      DecodeReplicaLoad(Bytes(map(delta, std::string("\x91\x96\x01\x00\x01\x00\x00\x00", 8))))
+      DecodeReplicaLoad(AsSpan(map(delta, std::string("\x91\x96\x01\x00\x01\x00\x00\x00", 8))))
           .ok());
-  EXPECT_FALSE(DecodeReplicaLoad(Bytes(map(delta, "\xdd\xff\xff\xff\xff"))).ok());  // forged
+  EXPECT_FALSE(DecodeReplicaLoad(AsSpan(map(delta, "\xdd\xff\xff\xff\xff"))).ok());  // forged
   std::string missing = map(delta, one, "", 6);
   missing[0] = static_cast<char>(0x85);  // the map ends before "targets"
-  EXPECT_FALSE(DecodeReplicaLoad(Bytes(missing)).ok());
-  EXPECT_FALSE(DecodeReplicaLoad(Bytes(std::string("\x93\x01\x02\x03"))).ok());  // not a map
+  EXPECT_FALSE(DecodeReplicaLoad(AsSpan(missing)).ok());
+  EXPECT_FALSE(DecodeReplicaLoad(AsSpan(std::string("\x93\x01\x02\x03"))).ok());  // not a map
 }
 
 }  // namespace
