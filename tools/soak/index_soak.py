@@ -157,6 +157,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--trace-batches", type=int, default=0,
                     help="every N batches, print RSS and the backlog (published - applied)")
+    ap.add_argument("--max-backlog-blocks", type=int, default=0,
+                    help="pace the publishers: every 100 batches, wait while more than this "
+                         "many published blocks are not yet applied (0: unpaced)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     ctx = zmq.Context()
@@ -263,6 +266,20 @@ def main():
                                            "published_blocks": published[0],
                                            "backlog_blocks": int(published[0] - applied_now),
                                            "rss_kb": rss_kb(pid)}), flush=True)
+            if args.max_backlog_blocks and batches % 100 == 0:
+                # Paced: an engine publishes as fast as its GPU fills blocks, not as
+                # fast as a Python loop can; let the router catch up to half the cap
+                # (or until its counter stops moving: skipped stores never count).
+                applied_now, still = -1.0, 0
+                while True:
+                    moved = scalar(metrics(base), "infera_kv_events_blocks_stored_total")
+                    if published[0] - moved <= args.max_backlog_blocks // 2:
+                        break
+                    still = still + 1 if moved == applied_now else 0
+                    if still >= 5:
+                        break
+                    applied_now = moved
+                    time.sleep(0.02)
             w = workers[rng.randrange(len(workers))]
             n, conv_id = w.step(conv_id)
             stored += n
