@@ -157,6 +157,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--trace-batches", type=int, default=0,
                     help="every N batches, print RSS and the backlog (published - applied)")
+    ap.add_argument("--log-dir", default=None,
+                    help="keep every child's log here (e.g. the router's MIMALLOC_SHOW_STATS=1 "
+                         "report at exit); default: a temporary directory, removed")
     ap.add_argument("--max-backlog-blocks", type=int, default=0,
                     help="pace the publishers: every 100 batches, wait while more than this "
                          "many published blocks are not yet applied (0: unpaced)")
@@ -164,7 +167,7 @@ def main():
     rng = random.Random(args.seed)
     ctx = zmq.Context()
     t_start = time.time()
-    with harness.Processes() as procs:
+    with harness.Processes(log_dir=args.log_dir) as procs:
         cport, pport = harness.free_port(), harness.free_port()
         harness.start_etcd(procs, "etcd", os.path.join(procs.dir, "etcd"), cport, pport)
         etcd = f"127.0.0.1:{cport}"
