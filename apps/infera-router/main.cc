@@ -1,11 +1,13 @@
 // infera-router: flags -> RouterOptions, discovery -> Router callbacks, signals.
 // `infera-router render ...` renders chat templates (src/template/render_command.h).
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <random>
 
 #include "discovery/discovery_factory.h"
 #include "router/router.h"
@@ -149,7 +151,23 @@ int main(int argc, char** argv) {
                  "--kv-event-transport none: predicted cached blocks kept per worker")
       ->capture_default_str();
   app.add_option("--nats-server", opt.nats_server,
-                 "NATS server URL(s) for --kv-event-transport nats")
+                 "NATS server URL(s) for --kv-event-transport nats and --router-replica-sync")
+      ->capture_default_str();
+  bool replica_sync = false;
+  infera::router::ReplicaSyncOptions replica;
+  app.add_flag("--router-replica-sync", replica_sync,
+               "Share in-flight load with the other router replicas in front of the same fleet "
+               "over NATS core (--nats-server), so their load terms see the fleet's load");
+  app.add_option("--router-replica-id", replica.replica_id,
+                 "This replica's id on the sync subjects (default: <hostname>:<pid>:<random>)");
+  app.add_option("--router-replica-flush-ms", replica.flush_ms,
+                 "Replica sync: at most one load delta per this many ms (a burst is one message)")
+      ->capture_default_str();
+  app.add_option("--router-replica-heartbeat-ms", replica.heartbeat_ms,
+                 "Replica sync: publish a full load snapshot this often")
+      ->capture_default_str();
+  app.add_option("--router-replica-ttl-ms", replica.ttl_ms,
+                 "Replica sync: a peer silent this long stops counting (its load expires)")
       ->capture_default_str();
   app.add_option("--ready-after-replay", opt.ready_after_replay,
                  "/health answers 503 \"starting\" until the KV views are rebuilt at start "
@@ -281,6 +299,20 @@ int main(int argc, char** argv) {
   if (opt.server.max_connections < 0) {
     spdlog::error("--max-connections must be >= 0");
     return 2;
+  }
+  if (replica_sync) {
+    std::random_device rd;
+    if (replica.replica_id.empty()) replica.replica_id = infera::router::DefaultReplicaId(rd());
+    // A restarted replica that keeps its id starts a newer epoch.
+    replica.epoch = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              std::chrono::system_clock::now().time_since_epoch())
+                                              .count());
+    replica.nats_url = opt.nats_server;
+    if (absl::Status s = infera::router::ValidateReplicaSyncOptions(replica); !s.ok()) {
+      spdlog::error("{}", std::string(s.message()));
+      return 2;
+    }
+    opt.replica_sync = replica;
   }
   if (seed_flag->count() > 0) opt.random_seed = random_seed;
   if (bound_flag->count() > 0) opt.max_index_blocks = max_index_blocks;

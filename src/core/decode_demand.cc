@@ -44,8 +44,12 @@ void DecodeDemand::Reservation::Release() {
 
 double DecodeDemand::Cost(const std::string& key, uint64_t demand) const {
   auto it = entries_.find(key);
-  const uint64_t tokens = it == entries_.end() ? 0 : it->second->tokens;
-  const uint64_t requests = it == entries_.end() ? 0 : it->second->requests;
+  uint64_t tokens = it == entries_.end() ? 0 : it->second->tokens;
+  uint64_t requests = it == entries_.end() ? 0 : it->second->requests;
+  if (auto r = remote_.find(key); r != remote_.end()) {
+    tokens += r->second.tokens;
+    requests += r->second.requests;
+  }
   return static_cast<double>(tokens + demand) + request_weight_ * static_cast<double>(requests);
 }
 
@@ -113,6 +117,25 @@ uint64_t DecodeDemand::Tokens(const std::string& key) const {
 uint64_t DecodeDemand::Requests(const std::string& key) const {
   auto it = entries_.find(key);
   return it == entries_.end() ? 0 : it->second->requests;
+}
+
+
+void DecodeDemand::SetRemote(const std::string& key, uint64_t tokens, uint64_t requests) {
+  if (tokens == 0 && requests == 0) {
+    remote_.erase(key);
+  } else {
+    remote_[key] = Entry{tokens, requests};
+  }
+}
+
+uint64_t DecodeDemand::RemoteTokens(const std::string& key) const {
+  auto it = remote_.find(key);
+  return it == remote_.end() ? 0 : it->second.tokens;
+}
+
+uint64_t DecodeDemand::RemoteRequests(const std::string& key) const {
+  auto it = remote_.find(key);
+  return it == remote_.end() ? 0 : it->second.requests;
 }
 
 }  // namespace infera::core

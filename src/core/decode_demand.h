@@ -5,6 +5,7 @@
 // Projected cost of a candidate for a request of `tokens` input tokens and `n`
 // choices (an invalid n counts as 1):
 //   cost(t) = in-flight input tokens(t) + tokens × n + W × requests held by t
+// where the in-flight tokens and requests include other router replicas' (SetRemote).
 // with W = --decode-request-weight (0 = token-only demand). The lowest cost wins; ties
 // go to the lower original load, then to candidate order.
 //
@@ -99,6 +100,12 @@ class DecodeDemand {
 
   uint64_t Tokens(const std::string& key) const;
   uint64_t Requests(const std::string& key) const;
+  // Other router replicas' demand on the target (--router-replica-sync,
+  // doc/replica-sync.md): added to Cost(); Tokens()/Requests() stay this router's own.
+  // 0, 0 forgets the key.
+  void SetRemote(const std::string& key, uint64_t tokens, uint64_t requests);
+  uint64_t RemoteTokens(const std::string& key) const;
+  uint64_t RemoteRequests(const std::string& key) const;
   size_t EntryCount() const { return entries_.size(); }
   // Reservations not yet released, detached entries included (0 when idle).
   uint64_t LiveReservations() const { return live_; }
@@ -109,6 +116,7 @@ class DecodeDemand {
 
   double request_weight_;
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> entries_;
+  absl::flat_hash_map<std::string, Entry> remote_;
   uint64_t live_ = 0;
 };
 

@@ -140,6 +140,23 @@ TEST(DecodeDemandTest, MoveAssignReleasesTheOverwrittenBooking) {
   EXPECT_EQ(d.LiveReservations(), 0u);
 }
 
+TEST(DecodeDemandTest, RemoteDemandAddsToTheCostButNotToTheOwnCounts) {
+  DecodeDemand d(/*request_weight=*/10);
+  std::vector<std::string> keys = {"a", "b"};
+  std::vector<double> loads = {0, 0};
+  auto own = d.Reserve("b", 50);
+  EXPECT_EQ(d.Select(keys, loads, 1), 0u);
+  d.SetRemote("a", 100, 2);  // another replica holds 2 requests, 100 tokens on a
+  EXPECT_DOUBLE_EQ(d.Cost("a", 1), 100 + 1 + 10 * 2);
+  EXPECT_EQ(d.Select(keys, loads, 1), 1u);
+  EXPECT_EQ(d.Tokens("a"), 0u);  // own counts are what this replica publishes
+  EXPECT_EQ(d.RemoteTokens("a"), 100u);
+  EXPECT_EQ(d.RemoteRequests("a"), 2u);
+  d.SetRemote("a", 0, 0);
+  EXPECT_EQ(d.RemoteTokens("a"), 0u);
+  EXPECT_EQ(d.Select(keys, loads, 1), 0u);
+}
+
 TEST(DecodeDemandTest, ParseMode) {
   EXPECT_EQ(*ParseDemandMode("shadow"), DemandMode::kShadow);
   EXPECT_EQ(*ParseDemandMode("off"), DemandMode::kOff);

@@ -489,6 +489,26 @@ TEST_F(SelectorTest, DefaultSerialRepeatGoesBackToTheWarmTarget) {
   }
 }
 
+TEST_F(SelectorTest, DefaultRemotePendingPrefillSendsTheWarmRepeatElsewhere) {
+  // --router-replica-sync: the prompt is cached on W0, where another replica has 30
+  // blocks of prefill pending. Locally W0 wins (0 misses + 0 load against 10 misses);
+  // with the other replica's load it costs 30 and cold W1 (10) wins.
+  Selector& s = Make(PolicyConfig{});
+  index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);
+  const TargetId cands[] = {w0_, w1_};
+  auto local = s.Pick(Input(), cands);
+  ASSERT_TRUE(local.ok());
+  EXPECT_EQ(local->picked, w0_);
+  local->guard.Release();
+  s.load().SetRemote(w0_, /*active_blocks=*/0, /*pending_prefill_blocks=*/30);
+  auto shared = s.Pick(Input(), cands);
+  ASSERT_TRUE(shared.ok());
+  EXPECT_EQ(shared->picked, w1_);
+  EXPECT_DOUBLE_EQ(shared->costs[0], 30);
+  EXPECT_DOUBLE_EQ(shared->costs[1], 10);
+  EXPECT_DOUBLE_EQ(s.load().PendingPrefillBlocks(w0_), 0);  // its own stays its own
+}
+
 TEST_F(SelectorTest, DefaultPendingPrefillIsSettledByEventsOrFirstToken) {
   Selector& s = Make(PolicyConfig{});
   const TargetId only_w0[] = {w0_};

@@ -13,6 +13,17 @@ absl::Status NatsError(const std::string& what, natsStatus s, int js_error) {
   return absl::UnavailableError(text);
 }
 
+void DestroySubscription(natsSubscription*& sub, int64_t drain_timeout_ms) {
+  if (sub == nullptr) return;
+  if (natsSubscription_Drain(sub) == NATS_OK) {
+    natsSubscription_WaitForDrainCompletion(sub, drain_timeout_ms);
+  } else {
+    natsSubscription_Unsubscribe(sub);
+  }
+  natsSubscription_Destroy(sub);
+  sub = nullptr;
+}
+
 std::optional<uint64_t> EngineSeqHeader(natsMsg* msg) {
   const char* value = nullptr;
   const std::string key(kNatsSeqHeader);

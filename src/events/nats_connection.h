@@ -63,6 +63,11 @@ class NatsConnection {
   jsCtx* js_ = nullptr;
 };
 
+// Drains `*sub` (its last callback has returned when this returns), or unsubscribes
+// it when the connection is down and the drain cannot run, then destroys it and sets
+// it to null. Null: nothing to do.
+void DestroySubscription(natsSubscription*& sub, int64_t drain_timeout_ms);
+
 // "what: <libnats status text> (<JetStream error code>)".
 absl::Status NatsError(const std::string& what, natsStatus s, int js_error = 0);
 // The Infera-Seq header of a message; nullopt when missing or not a decimal number.

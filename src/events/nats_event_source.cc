@@ -103,16 +103,9 @@ bool NatsEventSource::Subscribe() {
 }
 
 void NatsEventSource::DestroySubscription() {
-  if (sub_ == nullptr) return;
   // A drained subscription has delivered its last callback; when the connection is
   // down the drain cannot run: unsubscribe (late callbacks are dropped as duplicates).
-  if (natsSubscription_Drain(sub_) == NATS_OK) {
-    natsSubscription_WaitForDrainCompletion(sub_, nc_->request_timeout_ms());
-  } else {
-    natsSubscription_Unsubscribe(sub_);
-  }
-  natsSubscription_Destroy(sub_);
-  sub_ = nullptr;
+  events::DestroySubscription(sub_, nc_->request_timeout_ms());
 }
 
 void NatsEventSource::OnMessage(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {

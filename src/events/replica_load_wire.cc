@@ -1,5 +1,7 @@
 #include "events/replica_load_wire.h"
 
+#include <algorithm>
+
 #include <utility>
 
 #include "events/msgpack_reader.h"
@@ -114,7 +116,9 @@ absl::StatusOr<core::RemoteLoadMessage> DecodeReplicaLoad(std::span<const uint8_
     } else if (key == "targets") {
       uint32_t n = 0;
       if (!r.ReadArrayHeader(n)) return Bad("targets");
-      m.targets.reserve(n);
+      // A target takes at least 8 bytes on the wire (array header, empty string, five
+      // one-byte numbers): a count the payload cannot hold is not reserved for.
+      m.targets.reserve(std::min<size_t>(n, payload.size() / 8));
       for (uint32_t j = 0; j < n; ++j) {
         uint32_t width = 0;
         if (!r.ReadArrayHeader(width) || width != 6) return Bad("a target is not 6 items");

@@ -46,6 +46,7 @@ std::string AdminViews::WorkersJson() const {
     j["render_parity"] = RenderParityName(w->render_parity.load(std::memory_order_relaxed));
     json ranks = json::array();
     const std::vector<size_t> active = planner_.ActiveBlocks(*w);
+    const std::vector<std::pair<size_t, double>> remote = planner_.RemoteLoadOf(*w);
     const std::vector<core::PredictionStats> predictions = planner_.Predictions(*w);
     bool drifting = false;
     for (size_t r = 0; r < w->targets.size(); ++r) {
@@ -54,6 +55,8 @@ std::string AdminViews::WorkersJson() const {
       ranks.push_back({{"dp_rank", w->record.dp_rank + r},
                        {"target", w->TargetName(r)},
                        {"active_blocks", active[r]},
+                       {"remote_active_blocks", remote[r].first},
+                       {"remote_pending_prefill_blocks", remote[r].second},
                        {"prediction",
                         {{"samples", p.samples},
                          {"predicted_tokens", p.predicted_tokens},
@@ -202,6 +205,28 @@ std::string AdminViews::MetricsText() const {
     for (size_t r = 0; r < w->targets.size(); ++r) {
       out += "infera_policy_active_blocks{" + MetricLabel("worker_id", w->TargetName(r)) + "} " +
              std::to_string(active[r]) + "\n";
+    }
+  }
+  if (replica_ != nullptr) {
+    replica_->RenderMetrics(out);
+    std::vector<std::pair<std::string, std::pair<size_t, double>>> rows;
+    for (const auto& w : *fleet) {
+      const std::vector<std::pair<size_t, double>> remote = planner_.RemoteLoadOf(*w);
+      for (size_t r = 0; r < w->targets.size(); ++r) {
+        rows.emplace_back(MetricLabel("worker_id", w->TargetName(r)), remote[r]);
+      }
+    }
+    RenderHeader(out, "infera_policy_remote_active_blocks", "gauge",
+                 "In-flight prompt blocks other router replicas hold per target.");
+    for (const auto& [label, l] : rows) {
+      out += "infera_policy_remote_active_blocks{" + label + "} " + std::to_string(l.first) + "\n";
+    }
+    RenderHeader(out, "infera_policy_remote_pending_prefill_blocks", "gauge",
+                 "Prefill blocks other router replicas still have pending per target.");
+    for (const auto& [label, l] : rows) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.6g", l.second);
+      out += "infera_policy_remote_pending_prefill_blocks{" + label + "} " + buf + "\n";
     }
   }
   RenderHeader(out, "infera_policy_cache_view_size", "gauge",

@@ -4,8 +4,9 @@
 //                                   "starting" while the KV views are rebuilt
 //                                   (ready_after_replay, doc/nats-transport.md)
 //   /v1/models                      the models the fleet serves
-//   /v1/workers                     records + breaker state + render_parity + active blocks and
-//                                   prediction error per rank (prediction_drifting)
+//   /v1/workers                     records + breaker state + render_parity + active blocks,
+//                                   other replicas' load and prediction error per rank
+//                                   (prediction_drifting)
 //   /v1/admin/cache-view/{id}       {"worker_id","dp_rank","target","block_count"}
 //                                   (?dp_rank=R; absent: the worker's first rank)
 //   /metrics                        RouterMetrics + fleet gauges + KV-event counters
@@ -22,6 +23,7 @@
 #include "events/kv_event_source.h"
 #include "events/shared_kv_index.h"
 #include "router/pick_planner.h"
+#include "router/replica_sync.h"
 #include "router/router_metrics.h"
 #include "router/worker_set.h"
 
@@ -39,6 +41,10 @@ class AdminViews {
         events_(events),
         metrics_(metrics),
         ready_after_replay_(ready_after_replay) {}
+
+  // --router-replica-sync: its metrics and the remote load gauges. REQUIRES: outlives
+  // the views; set before serving.
+  void set_replica_sync(const ReplicaSync* sync) { replica_ = sync; }
 
   // 503 while starting (the KV-event source replays), else 200.
   int HealthStatus() const;
@@ -66,6 +72,7 @@ class AdminViews {
   const events::KvEventSource& events_;
   const RouterMetrics& metrics_;
   const bool ready_after_replay_;
+  const ReplicaSync* replica_ = nullptr;
 };
 
 }  // namespace infera::router

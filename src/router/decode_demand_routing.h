@@ -75,6 +75,10 @@ class DecodeDemandRouting {
   uint64_t Tokens(const std::string& key) const { return demand_.Tokens(key); }
   uint64_t Requests(const std::string& key) const { return demand_.Requests(key); }
   uint64_t LiveReservations() const { return demand_.LiveReservations(); }
+  // Other router replicas' demand on the target (doc/replica-sync.md).
+  void SetRemote(const std::string& key, uint64_t tokens, uint64_t requests) {
+    demand_.SetRemote(key, tokens, requests);
+  }
 
  private:
   static std::string KeyOf(const FleetWorker& worker, core::TargetId target);

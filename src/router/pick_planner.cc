@@ -133,6 +133,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     metrics_.ObserveStages(ctx.parse_s, ctx.tokenize_s, (now_ns - pick_start_ns) * 1e-9,
                            (now_ns - ctx.start_ns) * 1e-9);
   }
+  if (on_plan_) on_plan_();
   return plan;
 }
 
@@ -246,6 +247,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     metrics_.ObserveStages(ctx.parse_s, ctx.tokenize_s, (now_ns - pick_start_ns) * 1e-9,
                            (now_ns - ctx.start_ns) * 1e-9);
   }
+  if (on_plan_) on_plan_();
   return plan;
 }
 
@@ -343,6 +345,63 @@ std::vector<std::pair<uint64_t, uint64_t>> PickPlanner::Demand(const FleetWorker
 uint64_t PickPlanner::PendingDemandReservations() const {
   absl::MutexLock lock(&mu_);
   return demand_.LiveReservations();
+}
+
+std::vector<core::RemoteTargetLoad> PickPlanner::OwnLoad(const Fleet& fleet) const {
+  std::vector<core::RemoteTargetLoad> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& w : fleet) {
+    if (w->retired.load(std::memory_order_relaxed)) continue;
+    for (size_t r = 0; r < w->targets.size(); ++r) {
+      const core::TargetId t = w->targets[r];
+      core::RemoteTargetLoad l;
+      l.active_blocks = static_cast<int64_t>(selector_.load().ActiveBlocks(t));
+      l.pending_prefill_blocks = selector_.load().PendingPrefillBlocks(t);
+      if (demand_mode_ != core::DemandMode::kOff) {
+        const std::string name = w->TargetName(r);
+        l.demand_tokens = static_cast<int64_t>(demand_.Tokens(name));
+        l.demand_requests = static_cast<int64_t>(demand_.Requests(name));
+      }
+      if (l.active_blocks == 0 && l.pending_prefill_blocks == 0 && l.demand_tokens == 0 &&
+          l.demand_requests == 0) {
+        continue;
+      }
+      const core::TargetKey key = w->KeyOf(r);
+      l.worker_id = key.worker_id;
+      l.dp_rank = key.dp_rank;
+      out.push_back(std::move(l));
+    }
+  }
+  return out;
+}
+
+void PickPlanner::SetRemoteLoad(
+    const Fleet& fleet, absl::FunctionRef<core::RemoteLoad::Load(const core::TargetKey&)> remote) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& w : fleet) {
+    // A retired worker's targets are gone from the load state (ids may be reused).
+    if (w->retired.load(std::memory_order_relaxed)) continue;
+    for (size_t r = 0; r < w->targets.size(); ++r) {
+      const core::RemoteLoad::Load l = remote(w->KeyOf(r));
+      selector_.load().SetRemote(w->targets[r], static_cast<size_t>(l.active_blocks),
+                                 l.pending_prefill_blocks);
+      if (demand_mode_ != core::DemandMode::kOff) {
+        demand_.SetRemote(w->TargetName(r), static_cast<uint64_t>(l.demand_tokens),
+                          static_cast<uint64_t>(l.demand_requests));
+      }
+    }
+  }
+}
+
+std::vector<std::pair<size_t, double>> PickPlanner::RemoteLoadOf(const FleetWorker& worker) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<size_t, double>> out;
+  out.reserve(worker.targets.size());
+  for (core::TargetId t : worker.targets) {
+    out.emplace_back(selector_.load().RemoteActiveBlocks(t),
+                     selector_.load().RemotePendingPrefillBlocks(t));
+  }
+  return out;
 }
 
 }  // namespace infera::router

@@ -24,16 +24,19 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/approx_cache.h"
 #include "core/clock.h"
 #include "core/pd_planner.h"
+#include "core/remote_load.h"
 #include "core/selector.h"
 #include "events/kv_event_source.h"
 #include "events/shared_kv_index.h"
@@ -113,6 +116,23 @@ class PickPlanner {
       ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t PendingDemandReservations() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Router replicas (--router-replica-sync, doc/replica-sync.md).
+  // This replica's own load on every target of `fleet` that holds any (active blocks,
+  // pending prefill blocks, decode demand tokens and requests): what it publishes.
+  std::vector<core::RemoteTargetLoad> OwnLoad(const Fleet& fleet) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Sets the other replicas' load on every target of `fleet` (remote(key) for each;
+  // a key it does not name has none), in one pass under the pick mutex.
+  void SetRemoteLoad(const Fleet& fleet,
+                     absl::FunctionRef<core::RemoteLoad::Load(const core::TargetKey&)> remote)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The other replicas' (active blocks, pending prefill blocks) on each target of
+  // `worker`, in rank order.
+  std::vector<std::pair<size_t, double>> RemoteLoadOf(const FleetWorker& worker) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Called after every plan, outside the pick mutex (the replica sync's wake-up).
+  // Set it once, before the first plan.
+  void set_on_plan(std::function<void()> on_plan) { on_plan_ = std::move(on_plan); }
+
  private:
   // The candidate filter of a plan: model, (mixed plans) disagg_mode, retired, tried,
   // breaker. Notes in `history` what the fleet has.
@@ -138,6 +158,7 @@ class PickPlanner {
   // --session-affinity: narrows each pool to the session's bound target (PD: the
   // planner's pin seam), records the picks.
   SessionBinder sessions_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> on_plan_;
 };
 
 }  // namespace infera::router

@@ -105,18 +105,27 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
                                                 *dispatcher_, *clock_, *metrics_);
   views_ = std::make_unique<AdminViews>(*workers_, *planner_, index_, *events_, *metrics_,
                                         options_.ready_after_replay);
+  if (options_.replica_sync) {
+    replica_ = std::make_unique<ReplicaSync>(*options_.replica_sync, *planner_, *workers_, *clock_);
+    planner_->set_on_plan([sync = replica_.get()] { sync->NotifyPlan(); });
+    views_->set_replica_sync(replica_.get());
+  }
   ids_ = std::make_unique<RequestIds>(SaltFrom(env.seed));
   front_ = std::make_unique<ApiFront>(*pipeline_, *views_, *ids_);
 }
 
 Router::~Router() {
   if (started_) Shutdown();
+  if (replica_) replica_->Stop();
   pool_->Stop();
 }
 
 absl::Status Router::Start() {
   if (absl::Status s = encoder_->Load(options_.tokenizer_path); !s.ok()) return s;
   parity_->Start(encoder_->RenderProbe());
+  if (replica_) {
+    if (absl::Status s = replica_->Start(); !s.ok()) return s;
+  }
   http::ServerOptions sopt = options_.server;
   sopt.error_body = &ApiFront::ServerErrorBody;
   server_ = std::make_unique<http::Server>(
@@ -135,6 +144,7 @@ void Router::Shutdown() {
   if (!started_) return;
   started_ = false;
   server_->Shutdown();
+  if (replica_) replica_->Stop();
   pool_->Stop();
 }
 

@@ -36,6 +36,7 @@
 #include "router/decode_demand_routing.h"
 #include "router/pd_options.h"
 #include "router/render_parity_prober.h"
+#include "router/replica_sync.h"
 #include "router/upstream.h"
 
 namespace infera::router {
@@ -84,6 +85,9 @@ struct RouterOptions {
   core::SessionConfig sessions;
   // --render-parity-interval-s (doc/render-parity.md): interval_ns 0 = at discovery only.
   RenderParityOptions render_parity;
+  // --router-replica-sync (doc/replica-sync.md): share in-flight load with the other
+  // router replicas over NATS core; nullopt: off.
+  std::optional<ReplicaSyncOptions> replica_sync;
 };
 
 // What the router takes from its environment; the defaults are the real ones.
@@ -146,6 +150,7 @@ class Router {
   std::unique_ptr<RequestIds> ids_;
   std::unique_ptr<ApiFront> front_;
   std::unique_ptr<RenderParityProber> parity_;
+  std::unique_ptr<ReplicaSync> replica_;  // null: --router-replica-sync off
   std::unique_ptr<http::Server> server_;
   bool started_ = false;
 };
