@@ -74,7 +74,13 @@ http {{
 }}
 """)
     procs.start("nginx", ["nginx", "-c", conf, "-p", tmp])
-    poll(lambda: http("GET", f"http://127.0.0.1:{port}/health")[0] == 200, "nginx forwards")
+
+    def forwards():
+        try:
+            return http("GET", f"http://127.0.0.1:{port}/health")[0] == 200
+        except OSError:
+            return False
+    poll(forwards, "nginx forwards")
     return port
 
 

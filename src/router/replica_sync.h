@@ -48,7 +48,7 @@ struct ReplicaSyncOptions {
   // A restarted replica with the same id must start a newer epoch (its peers drop the
   // older one's state); main passes wall-clock milliseconds at start.
   uint64_t epoch = 1;
-  int64_t flush_ms = 20;        // --router-replica-flush-ms
+  int64_t flush_ms = 5;         // --router-replica-flush-ms (doc/replica-sync.md "Measured")
   int64_t heartbeat_ms = 1000;  // --router-replica-heartbeat-ms
   int64_t ttl_ms = 3000;        // --router-replica-ttl-ms
 };
