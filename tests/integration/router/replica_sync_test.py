@@ -11,12 +11,17 @@ otherwise default flags (heartbeat 1 s, TTL 3 s). Bounded polls only.
    remote_active_blocks equal to A's own active_blocks (and A shows none remote).
 3. One more stream through B: C sees A's + B's, A sees B's; B's stream closed: its
    load is gone from A and C (a delta), A's stays.
-4. kill -9 A with its streams open: its load is gone from B and C within the TTL
+4. Hostile messages on the sync subjects (garbage, a forged target count of 2^32-1,
+   a negative snapshot) are counted as rejected; the load views do not change.
+5. kill -9 A with its streams open: its load is gone from B and C within the TTL
    (plus one flush), peers drop to 1, infera_router_replica_expired_total counts it.
+6. nats-server restarted on the same port: B and C reconnect and agree again.
 """
 import http.client as httpclient
 import json
 import os
+import re
+import socket
 import sys
 import time
 
@@ -75,6 +80,30 @@ def add(*loads):
     return out
 
 
+def nats_publish(port, subject, payloads):
+    """Publishes raw payloads with NATS's text protocol (no client library)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.recv(4096)  # INFO
+    out = b'CONNECT {"verbose":false,"pedantic":false}\r\n'
+    for p in payloads:
+        out += b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(p), p)
+    s.sendall(out + b"PING\r\n")
+    data = b""
+    while b"PONG" not in data:  # the server has processed every PUB before its PONG
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+
+
+def rejected(base):
+    _, text, _ = http("GET", base + "/metrics")
+    m = re.search(r'^infera_router_replica_messages_total\{direction="in",kind="rejected"\} (\S+)$',
+                  text, re.M)
+    return float(m.group(1)) if m else None
+
+
 def main():
     with Processes() as procs:
         nats_port = free_port()
@@ -117,7 +146,18 @@ def main():
         poll(lambda: remote(C) == a_load and sum(remote(A).values()) == 0,
              "B's released load is gone from A and C")
 
-        # 4. A dies without a word: its load expires from B and C.
+        # 4. Hostile messages: rejected and counted, nothing changes.
+        forged = (b"\x87\xa1v\x01\xa7replica\xa4evil\xa5epoch\x01\xa3seq\x01\xa4kind\xa5delta"
+                  b"\xa5ts_ms\x01\xa7targets\xdd\xff\xff\xff\xff")
+        negative = (b"\x87\xa1v\x01\xa7replica\xa4evil\xa5epoch\x01\xa3seq\x01\xa4kind"
+                    b"\xa8snapshot\xa5ts_ms\x01\xa7targets\x91\x96\xa1w\x00\xff\x00\x00\x00")
+        before = rejected(C)
+        nats_publish(nats_port, "infera.router.load.ZXZpbA", [b"garbage", forged, negative, b""])
+        poll(lambda: rejected(C) >= before + 4, "C rejected the four hostile messages")
+        check(remote(C) == a_load and metric(C, "infera_router_replica_peers") == 2,
+              "C's view of its peers is unchanged")
+
+        # 5. A dies without a word: its load expires from B and C.
         routers["A"][0].p.kill()
         killed = time.time()
         for name, base in (("B", B), ("C", C)):
@@ -133,6 +173,18 @@ def main():
                   f"{name} counted A's expiry")
         for s in a_streams:
             s.close()
+
+        # 6. NATS restarts: the replicas reconnect, resend snapshots and agree again.
+        nats.p.terminate()
+        nats.p.wait(timeout=10)
+        nats = procs.start("nats2", ["nats-server", "-a", "127.0.0.1", "-p", str(nats_port)])
+        nats.wait_line(r"Server is ready")
+        b_stream = open_stream(B, 20)
+        b_load = own(B)
+        poll(lambda: remote(C) == b_load, "after a NATS restart C sees B's load again",
+             timeout=TTL_S + 10)
+        b_stream.close()
+        poll(lambda: sum(remote(C).values()) == 0, "and its release")
     print("replica sync: ok")
 
 
