@@ -273,6 +273,11 @@ void PickPlanner::Retire(const FleetWorker& worker, events::KvEventSource& event
   }
 }
 
+void PickPlanner::SetCapacityBlocks(const FleetWorker& worker, size_t blocks) {
+  absl::MutexLock lock(&mu_);
+  for (core::TargetId t : worker.targets) selector_.load().SetCapacityBlocks(t, blocks);
+}
+
 void PickPlanner::RecordPrediction(const PickLeg& leg, uint64_t reported_tokens) {
   core::PredictionStats before, after;
   {

@@ -95,6 +95,10 @@ class PickPlanner {
   // whose index id is being freed.
   void Retire(const FleetWorker& worker, events::KvEventSource& events) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Each target of `worker` holds `blocks` KV blocks (its record's num_gpu_blocks):
+  // the KV-pressure term's capacity (doc/selection.md).
+  void SetCapacityBlocks(const FleetWorker& worker, size_t blocks) ABSL_LOCKS_EXCLUDED(mu_);
+
   // One answer's reported cached tokens vs the leg's prediction
   // (core::PredictionTracker); a target that starts or stops drifting is logged.
   // REQUIRES: leg.predicted_cached_tokens is set.

@@ -187,6 +187,38 @@ TEST_F(RouterPipelineTest, ReportedCachedTokensAreComparedWithThePrediction) {
   EXPECT_NE(m.find(R"(infera_router_prediction_drifting{worker_id="a:1"} 0)"), std::string::npos);
 }
 
+TEST_F(RouterPipelineTest, TheRecordsNumGpuBlocksIsTheKvPressureCapacity) {
+  policy_set_ = true;  // kv-aware, load term work
+  StartRouter();
+  for (const auto& [host, blocks] : {std::pair<std::string, uint32_t>{"a", 1000}, {"b", 4}}) {
+    discovery::WorkerRecord r;
+    r.worker_id = host + ":1";
+    r.url = "http://" + host + ":1";
+    r.model_name = "m";
+    r.num_gpu_blocks = blocks;
+    router_->AddWorker(r);
+  }
+  // The first request decodes on a (its first byte ended its prefill: no pending work).
+  fake_->Push("a:1",
+              Script{.content_type = "text/event-stream", .pieces = {Sse("Hel")}, .hold = true});
+  fake_->Push("a:1", Script{.pieces = {kCompletion}});
+  TestClient first(router_->port());  // cold tie: the scan starts at a
+  first.Write("POST", "/v1/completions",
+              R"({"model":"m","stream":true,"prompt":)" + Tokens(64) + "}");
+  first.ReadUntil("Hel");
+  ASSERT_TRUE(WaitFor([&] { return fake_->held() == 1; }));
+  ASSERT_EQ(router_->PendingPrefillBlocks({"a:1", 0}), 0.0);
+  // Another cold prompt: the tie rotation would start at b, but 4 more blocks on b
+  // (4 blocks of KV in all) pass 80 % of its capacity, while a (1000) is far below.
+  std::string other = "[";
+  for (int i = 0; i < 64; ++i) other += (i ? "," : "") + std::to_string(5000 + i);
+  Answer second = Call("POST", "/v1/completions", R"({"model":"m","prompt":)" + other + "]}");
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(second.headers.Get("X-Infera-Worker-Id"), "a:1");
+  fake_->Release();
+  EXPECT_EQ(first.ReadAnswer().status, 200);
+}
+
 TEST_F(RouterPipelineTest, FivexxBeforeTheFirstByteFailsOver) {
   StartRouter();
   AddWorker("a");

@@ -56,6 +56,9 @@ void WorkerSet::Add(const discovery::WorkerRecord& record) {
           metrics_.PickCounter(core::Role(role), core::TargetName(t.key, record.dp_size)));
     }
   }
+  // The KV pressure term knows the capacity from the start (else it learns it once the
+  // view first shrinks).
+  if (record.num_gpu_blocks > 0) planner_.SetCapacityBlocks(*w, record.num_gpu_blocks);
   spdlog::info("worker added: {} url={} model={} mode={} ranks={}", record.worker_id, record.url,
                record.model_name, core::RoleName(static_cast<core::Role>(record.disagg_mode)),
                w->targets.size());
