@@ -44,12 +44,13 @@ class RouterPipelineTest : public ::testing::Test {
     router_ = testing::StartTestRouter(std::move(opt), clock_, 42, &fake_);
     ASSERT_TRUE(router_);
   }
-  void AddWorker(const std::string& host, uint32_t dp_size = 1) {
+  void AddWorker(const std::string& host, uint32_t dp_size = 1, uint32_t num_gpu_blocks = 0) {
     discovery::WorkerRecord r;
     r.worker_id = host + ":1";
     r.url = "http://" + host + ":1";
     r.model_name = "m";
     r.dp_size = dp_size;
+    r.num_gpu_blocks = num_gpu_blocks;
     router_->AddWorker(r);
   }
   void TearDown() override {
@@ -190,14 +191,8 @@ TEST_F(RouterPipelineTest, ReportedCachedTokensAreComparedWithThePrediction) {
 TEST_F(RouterPipelineTest, TheRecordsNumGpuBlocksIsTheKvPressureCapacity) {
   policy_set_ = true;  // kv-aware, load term work
   StartRouter();
-  for (const auto& [host, blocks] : {std::pair<std::string, uint32_t>{"a", 1000}, {"b", 4}}) {
-    discovery::WorkerRecord r;
-    r.worker_id = host + ":1";
-    r.url = "http://" + host + ":1";
-    r.model_name = "m";
-    r.num_gpu_blocks = blocks;
-    router_->AddWorker(r);
-  }
+  AddWorker("a", 1, /*num_gpu_blocks=*/1000);
+  AddWorker("b", 1, /*num_gpu_blocks=*/4);
   // The first request decodes on a (its first byte ended its prefill: no pending work).
   fake_->Push("a:1",
               Script{.content_type = "text/event-stream", .pieces = {Sse("Hel")}, .hold = true});
