@@ -208,7 +208,16 @@ def main():
                     probes[0] += n
                 polls[0] += 1
                 return series(metrics(base), "infera_policy_cache_view_size").get(w.name, 0) > 0
-            harness.poll(seen, f"router follows {w.name}", timeout=60, interval=0.02)
+            try:
+                harness.poll(seen, f"router follows {w.name}", timeout=60, interval=0.02)
+            except AssertionError:
+                # A lost join (doc/soak.md "Join probes"): what the router counted.
+                body = metrics(base)
+                print(f"lost join: {w.name} at {w.endpoint}, {w.seq} probe batches published; "
+                      "router: " + ", ".join(
+                          m.group(0) for m in re.finditer(
+                              r"^infera_kv_events_\w+_total \S+$", body, re.M)), flush=True)
+                raise
             return w
 
         def leave(w):
