@@ -33,6 +33,7 @@
 #include "core/clock.h"
 #include "core/hashing.h"
 #include "core/kv_index.h"
+#include "core/open_table.h"
 
 namespace infera::core {
 namespace {
@@ -44,7 +45,8 @@ constexpr size_t kQueriesPerKind = 64;
 
 size_t HeapBytes() {
   const struct mallinfo2 m = mallinfo2();
-  return m.uordblks + m.hblkhd;
+  // + the huge arrays of row tables, which OpenTable maps itself (outside malloc).
+  return m.uordblks + m.hblkhd + open_table_mapped_bytes.load();
 }
 
 // One hash set per target, walked per target: the baseline design.

@@ -9,9 +9,10 @@
 //  * the capacity is any size >= 16 (home slot = multiply-shift range reduction), so
 //    a rebuild can size the table to a load between kMinLoad and kMaxLoad instead of
 //    doubling (absl: 7/16 to 7/8);
-//  * with Huge = true, a slot or control array of 4 MiB or more is 2 MiB-aligned and
-//    marked for transparent huge pages (a probe of a big table is then one cache
-//    miss, not a miss plus a page walk).
+//  * with Huge = true, a slot or control array of 4 MiB or more is mapped by the table
+//    itself (mmap, 2 MiB-aligned, unmapped when freed) and marked for transparent
+//    huge pages (a probe of a big table is then one cache miss, not a miss plus a
+//    page walk).
 // Erase turns a slot empty when no probe window can have seen it full (absl's rule),
 // else deleted; Rebuild() drops deleted slots.
 //
@@ -31,6 +32,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <cstdlib>
@@ -45,6 +47,10 @@
 #endif
 
 namespace infera::core {
+
+// Bytes of the huge arrays every OpenTable has mapped itself (outside malloc, so
+// mallinfo2 does not see them): heap accounting in tests and benchmarks.
+inline std::atomic<size_t> open_table_mapped_bytes{0};
 
 template <typename Slot, bool Huge = false>
 class OpenTable {
@@ -266,17 +272,45 @@ class OpenTable {
     }
   }
 
+  // True when Alloc maps `bytes` itself (huge pages) instead of calling malloc.
+  static bool Mapped(size_t bytes, bool huge) { return huge && bytes >= 2 * kHugePage; }
+  static size_t MappedBytes(size_t bytes) {
+    return (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  }
   static void* Alloc(size_t bytes, bool huge) {
-    if (!huge || bytes < 2 * kHugePage) {
+    if (!Mapped(bytes, huge)) {
       void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
       if (p == nullptr) throw std::bad_alloc();
       return p;
     }
-    bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    void* p = std::aligned_alloc(kHugePage, bytes);
-    if (p == nullptr) throw std::bad_alloc();
+    // Mapped here, not taken from malloc: munmap in Release gives the pages back to
+    // the OS when a rebuild frees the old array. From malloc, the freed huge range
+    // stayed with the allocator, still marked MADV_HUGEPAGE, and small objects it
+    // later placed there faulted in 2 MiB pages each (doc/soak.md: the router's RSS
+    // swung by the size of a row table under churn).
+    bytes = MappedBytes(bytes);
+    void* raw = mmap(nullptr, bytes + kHugePage, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) throw std::bad_alloc();
+    // Keep the 2 MiB-aligned `bytes` inside the mapping; unmap the ends.
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
+    const uintptr_t start = (begin + kHugePage - 1) / kHugePage * kHugePage;
+    if (start > begin) munmap(raw, start - begin);
+    const uintptr_t tail = begin + bytes + kHugePage - (start + bytes);
+    if (tail > 0) munmap(reinterpret_cast<void*>(start + bytes), tail);
+    void* p = reinterpret_cast<void*>(start);
     madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without THP, ordinary pages
+    open_table_mapped_bytes.fetch_add(bytes, std::memory_order_relaxed);
     return p;
+  }
+  static void Release(void* p, size_t bytes, bool huge) {
+    if (p == nullptr) return;
+    if (Mapped(bytes, huge)) {
+      munmap(p, MappedBytes(bytes));
+      open_table_mapped_bytes.fetch_sub(MappedBytes(bytes), std::memory_order_relaxed);
+    } else {
+      std::free(p);
+    }
   }
   void Allocate(size_t cap) {
     capacity_ = static_cast<uint32_t>(cap);
@@ -291,8 +325,10 @@ class OpenTable {
     growth_left_ = std::min<size_t>(growth_left_, cap - 1);  // one slot always empty
   }
   void Free() {
-    std::free(ctrl_);
-    std::free(slots_);
+    if (capacity_ != 0) {
+      Release(ctrl_, capacity_ + kGroup, Huge);
+      Release(slots_, capacity_ * sizeof(Slot), Huge);
+    }
     ctrl_ = nullptr;
     slots_ = nullptr;
     capacity_ = 0;

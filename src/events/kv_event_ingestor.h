@@ -94,7 +94,12 @@ struct IngestorOptions {
   int reconnect_ivl_max_ms = 5000;    // ZMQ_RECONNECT_IVL_MAX (exponential backoff cap)
   int poll_interval_ms = 20;          // how often the thread picks up added/removed targets
   int max_messages_per_wakeup = 256;  // per target, so one busy stream cannot starve others
-  int receive_hwm = 100'000;          // ZMQ_RCVHWM of each SUB socket
+  // ZMQ_RCVHWM of each SUB socket: the live messages the router buffers per target
+  // (doc/kv-events.md "Transport"). Past it libzmq stops reading the connection, the
+  // backlog waits in the engine's PUB queue, and what that queue drops comes back as
+  // a seq gap, closed by replay. 100,000 let one slow stretch grow the router by
+  // ~40 MiB that the allocator kept (doc/soak.md, session 8).
+  int receive_hwm = 100;
   // On the first message of a stream that does not start at 0, replay from 0 to build
   // a complete view when the engine still buffers its whole history.
   bool initial_replay = true;

@@ -17,7 +17,9 @@ blocks into --csv; the summary compares the RSS after warm-up (the first sample 
 past --warmup-fraction of the run, when every view has reached its bound) with the
 last one. With --check, asserts: every view within its bound at every sample, the
 eviction counter moved, the router's stored-block counter saw the blocks, and the RSS
-growth after warm-up within --max-growth (no timing assertions).
+growth after warm-up within --max-growth: the median of the last quarter of the
+samples after warm-up vs the median of the first quarter, so that one sample taken
+while the allocator still holds a burst does not decide (no timing assertions).
 
 Usage: index_soak.py --router R --register G [--blocks N] [--csv F] [--check]
 """
@@ -26,6 +28,7 @@ import json
 import os
 import random
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -184,7 +187,27 @@ def main():
         published = [0]  # blocks published by every worker, probes included
         probes = [0]  # of which probes (those before the router subscribed are lost)
 
+        lost_joins = []  # names of workers the router never followed (doc/soak.md)
+
         def join():
+            """A new worker, followed by the router. A join the router does not follow
+            within 30 s (doc/soak.md "Join probes": rare, cause open) is printed with
+            the router's counters, that worker leaves and another one joins; at most
+            twice in a row."""
+            for _ in range(3):
+                w = start_worker()
+                if follows(w):
+                    return w
+                body = metrics(base)
+                print(f"lost join: {w.name} at {w.endpoint}, {w.seq} probe batches published; "
+                      "router: " + ", ".join(
+                          m.group(0) for m in re.finditer(
+                              r"^infera_kv_events_\w+_total \S+$", body, re.M)), flush=True)
+                lost_joins.append(w.name)
+                leave(w)
+            raise AssertionError("three joins in a row not followed by the router")
+
+        def start_worker():
             serial[0] += 1
             w = Worker(ctx, random.Random(rng.random()), f"soak-w{serial[0]}",
                        args.num_gpu_blocks, args.lose_fraction)
@@ -194,6 +217,9 @@ def main():
             w.register = procs.start(w.name + "-register", [
                 args.register, "--etcd-endpoint", etcd, "--lease-ttl-s", "5", "--keepalive-s", "1",
                 "--record-json", json.dumps(record)])
+            return w
+
+        def follows(w):
             # Subscribed once the router's view answers the worker's first blocks:
             # one probe published, polled, republished (new seq) every 50 polls.
             polls = [0]
@@ -205,8 +231,11 @@ def main():
                     probes[0] += n
                 polls[0] += 1
                 return series(metrics(base), "infera_policy_cache_view_size").get(w.name, 0) > 0
-            harness.poll(seen, f"router follows {w.name}", timeout=60, interval=0.02)
-            return w
+            try:
+                harness.poll(seen, f"router follows {w.name}", timeout=30, interval=0.02)
+                return True
+            except AssertionError:
+                return False
 
         def leave(w):
             w.register.p.terminate()
@@ -292,6 +321,12 @@ def main():
         warm = next(r for r in rows if r["published_blocks"] >= args.warmup_fraction * args.blocks)
         end = rows[-1]
         growth = (end["rss_kb"] - warm["rss_kb"]) / warm["rss_kb"]
+        # Flatness, robust to one sample's allocator state: the median of the last
+        # quarter of the samples after warm-up vs the median of the first quarter.
+        after = [r["rss_kb"] for r in rows[rows.index(warm):]]
+        quarter = max(1, len(after) // 4)
+        first_q, last_q = statistics.median(after[:quarter]), statistics.median(after[-quarter:])
+        drift = (last_q - first_q) / first_q
         lost = sum(w.lost for w in workers)
         if args.csv:
             with open(args.csv, "w") as f:
@@ -306,17 +341,22 @@ def main():
               f"{end['evicted_blocks']} blocks evicted (live workers); "
               f"RSS after warm-up {warm['rss_kb'] / 1024:.1f} MiB "
               f"(at {warm['published_blocks']} blocks) vs at the end "
-              f"{end['rss_kb'] / 1024:.1f} MiB: {growth:+.1%}; "
+              f"{end['rss_kb'] / 1024:.1f} MiB: {growth:+.1%}; after warm-up min / median / max "
+              f"{min(after) / 1024:.1f} / {statistics.median(after) / 1024:.1f} / "
+              f"{max(after) / 1024:.1f} MiB ({len(after)} samples), last quarter vs first "
+              f"quarter (medians) {drift:+.1%}; "
               f"largest view {max(r['max_view_blocks'] for r in rows)} blocks "
-              f"(bound {end['bound_blocks']})", flush=True)
+              f"(bound {end['bound_blocks']}); joins not followed: {len(lost_joins)} "
+              f"{lost_joins}", flush=True)
         if args.check:
             harness.check(not violations, f"every view within its bound at every sample "
                           f"({violations[:3]})")
             harness.check(end["evicted_blocks"] > 0, "the bound evicted blocks")
             harness.check(end["applied_blocks"] >= 0.9 * stored,
                           f"the router applied the stored blocks ({end['applied_blocks']})")
-            harness.check(growth <= args.max_growth,
-                          f"RSS growth after warm-up {growth:+.1%} <= {args.max_growth:.0%}")
+            harness.check(drift <= args.max_growth,
+                          f"RSS growth after warm-up (last quarter vs first quarter of the "
+                          f"samples, medians) {drift:+.1%} <= {args.max_growth:.0%}")
     ctx.destroy(linger=0)  # sockets of workers still running: closed here
     return 0
 
