@@ -50,9 +50,21 @@ function(infera_library name)
   target_link_libraries(${name} PUBLIC ${A_DEPS})
 endfunction()
 
-# infera_test(NAME SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary, one ctest each.
+# INFERA_UNIT_TESTS=OFF leaves the unit tests (infera_test) out of a configuration:
+# scripts/test builds and runs them in the ASan+UBSan build only, and its Release build
+# (binaries, benches, integration tests) skips about a third of the tree's compile
+# (doc/build.md). A test marked UNSANITIZED is built anyway: it checks something only an
+# uninstrumented build can (e.g. heap accounting through mallinfo2, which reads 0 under
+# the sanitizers' allocators), so it must run in the Release build too.
+option(INFERA_UNIT_TESTS "Build the unit tests (infera_test)" ON)
+
+# infera_test(NAME SOURCES ... DEPS ... [LABELS ...] [UNSANITIZED]): a GoogleTest binary,
+# one ctest each.
 function(infera_test name)
-  cmake_parse_arguments(A "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(A "UNSANITIZED" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(NOT INFERA_UNIT_TESTS AND NOT A_UNSANITIZED)
+    return()
+  endif()
   add_executable(${name} ${A_SOURCES})
   target_compile_options(${name} PRIVATE ${INFERA_WARNINGS})
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
