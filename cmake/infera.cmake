@@ -50,9 +50,21 @@ function(infera_library name)
   target_link_libraries(${name} PUBLIC ${A_DEPS})
 endfunction()
 
-# infera_test(NAME SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary, one ctest each.
+# INFERA_UNIT_TESTS=OFF leaves the unit tests (infera_test) out of a configuration:
+# scripts/test builds and runs them in the ASan+UBSan build only, and its Release build
+# (binaries, benches, integration tests) skips about a third of the tree's compile
+# (doc/build.md). A test marked UNSANITIZED is built anyway: it checks something only an
+# uninstrumented build can (e.g. heap accounting through mallinfo2, which reads 0 under
+# the sanitizers' allocators), so it must run in the Release build too.
+option(INFERA_UNIT_TESTS "Build the unit tests (infera_test)" ON)
+
+# infera_test(NAME SOURCES ... DEPS ... [LABELS ...] [UNSANITIZED]): a GoogleTest binary,
+# one ctest each.
 function(infera_test name)
-  cmake_parse_arguments(A "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(A "UNSANITIZED" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(NOT INFERA_UNIT_TESTS AND NOT A_UNSANITIZED)
+    return()
+  endif()
   add_executable(${name} ${A_SOURCES})
   target_compile_options(${name} PRIVATE ${INFERA_WARNINGS})
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
@@ -105,4 +117,53 @@ function(infera_fuzz name)
     COMMAND sh -c "rm -rf '${work}' && mkdir -p '${work}' && cp -r '${A_CORPUS}'/. '${work}'/ && \
 exec '$<TARGET_FILE:${name}>' -max_total_time=${A_SECONDS} -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 '${work}'")
   set_tests_properties(${name} PROPERTIES TIMEOUT 600 LABELS fuzz)
+endfunction()
+
+# Precompiled headers (INFERA_PCH, off by default and in scripts/test: measured in
+# session 8, it saved about 1 % of a cold build's CPU, doc/build.md). One PCH of
+# Boost.Asio/Beast, nlohmann/json, spdlog and absl (cmake/infera_pch.h), built once per
+# build directory by the carrier target infera_pch and reused (REUSE_FROM) by every
+# target named in infera_use_pch. (A PCH saves reading and declaring those headers, not
+# instantiating their templates, which -fsyntax-only also counts.) The consumers share the carrier's flags: same
+# build type and sanitizers (one build directory), and the spdlog/fmt macros, which
+# they all get from infera_http or infera_discovery. g++ silently ignores a PCH whose
+# flags do not match (and parses the headers instead), so a mismatch costs time, not
+# correctness; -Winvalid-pch shows it. At -O3, g++ 12 inlines differently with the PCH
+# and reports false -Wstringop-overflow/-Warray-bounds on `std::string + ...` in
+# src/router/admin_views.cc (the GCC 12 family of -Wrestrict above), and the PCH saves
+# next to nothing there (doc/build.md). Kept as an option to re-measure when the
+# network-facing targets grow.
+option(INFERA_PCH "Precompile the heavy third-party headers of the network-facing targets" OFF)
+
+# infera_use_pch(TARGET ...): the named targets that exist in this configuration use
+# the shared PCH. The unit-only configurations (fuzz) have none of them.
+function(infera_use_pch)
+  if(NOT INFERA_PCH)
+    return()
+  endif()
+  find_package(absl REQUIRED)
+  find_package(spdlog REQUIRED)
+  find_package(nlohmann_json REQUIRED)
+  set(pch_flags)
+  # g++ 12's false -Wmismatched-new-delete on Asio's coroutine frames is silenced by a
+  # pragma in src/http/asio.h; from a PCH, Asio's code comes before that pragma, so the
+  # consumers turn the warning off on the command line instead.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    list(APPEND pch_flags -Wno-mismatched-new-delete)
+  endif()
+  foreach(t ${ARGN})
+    if(NOT TARGET ${t})
+      continue()
+    endif()
+    if(NOT TARGET infera_pch)
+      file(WRITE ${PROJECT_BINARY_DIR}/infera_pch.cc "// The carrier of the shared PCH (cmake/infera.cmake).\n")
+      add_library(infera_pch OBJECT ${PROJECT_BINARY_DIR}/infera_pch.cc)
+      target_compile_options(infera_pch PRIVATE ${INFERA_WARNINGS} ${pch_flags})
+      target_link_libraries(infera_pch PRIVATE absl::status absl::statusor absl::flat_hash_map
+                            spdlog::spdlog nlohmann_json::nlohmann_json Threads::Threads)
+      target_precompile_headers(infera_pch PRIVATE ${PROJECT_SOURCE_DIR}/cmake/infera_pch.h)
+    endif()
+    target_precompile_headers(${t} REUSE_FROM infera_pch)
+    target_compile_options(${t} PRIVATE ${pch_flags})
+  endforeach()
 endfunction()
