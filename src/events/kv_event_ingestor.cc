@@ -199,8 +199,7 @@ void KvEventIngestor::RunLoop() {
     StartWaitingReplays();
   }
   for (const auto& c : conns) {
-    c->sub.reset();
-    c->monitor.reset();
+    CloseMonitoredSub(c->sub, c->monitor);
     c->replay.reset();
   }
 }
@@ -232,8 +231,7 @@ void KvEventIngestor::DrainCommands(std::vector<std::shared_ptr<Conn>>& conns) {
     for (auto it = conns.begin(); it != conns.end(); ++it) {
       if (*it == cmd.conn) {
         Conn& c = **it;
-        c.sub.reset();
-        c.monitor.reset();
+        CloseMonitoredSub(c.sub, c.monitor);
         if (c.replay) {
           c.replay.reset();
           --active_replays_;

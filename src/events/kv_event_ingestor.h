@@ -99,7 +99,7 @@ struct IngestorOptions {
   // backlog waits in the engine's PUB queue, and what that queue drops comes back as
   // a seq gap, closed by replay. 100,000 let one slow stretch grow the router by
   // ~40 MiB that the allocator kept (doc/soak.md, session 8).
-  int receive_hwm = 100;
+  int receive_hwm = 16;
   // On the first message of a stream that does not start at 0, replay from 0 to build
   // a complete view when the engine still buffers its whole history.
   bool initial_replay = true;

@@ -223,6 +223,43 @@ std::optional<uint64_t> LastSeqOf(const KvEventIngestor& ing, const std::string&
   return std::nullopt;
 }
 
+// Workers joining and leaving, each followed and then removed (doc/soak.md "Join
+// probes"): a removed target's SUB closed before its monitor stopped could leave
+// libzmq's I/O thread blocked for good on the monitor's disconnect event, and then no
+// target got another message (the index soak lost joins that way).
+TEST(KvEventIngestor, WorkersLeavingNeverFreezeIngestion) {
+  IngestorOptions options;
+  options.replay_on_add = false;
+  options.initial_replay = false;
+  KvEventIngestor ing(options);
+  auto follow = [&](EventPublisher& pub, const std::string& host) {
+    FakeEngineCache engine({.seed = 11, .capacity_blocks = 64});
+    int polls = 0;
+    return WaitFor(
+        [&] {
+          if (polls++ % 10 == 0) pub.Publish(engine.NextBatch());  // a probe every 50 ms
+          return LastSeqOf(ing, host).has_value();
+        },
+        /*timeout_ms=*/20'000);
+  };
+  for (int i = 0; i < 24; ++i) {
+    auto pub = MakePublisher();
+    const std::string host = "leaver" + std::to_string(i);
+    ing.AddTarget({.key = {host + ":1", 0},
+                   .events_endpoint = pub->pub_endpoint(),
+                   .block_size = 16,
+                   .topic = "kv-events"});
+    ASSERT_TRUE(follow(*pub, host + ":1")) << "join " << i << " never followed";
+    // The engine leaves in the middle of a burst the router has not read yet (its SUB
+    // queue full, so libzmq has stopped reading the connection): the engine goes first
+    // or discovery removes it first.
+    FakeEngineCache burst({.seed = 13, .capacity_blocks = 64});
+    for (int b = 0; b < 2000; ++b) pub->Publish(burst.NextBatch());
+    if (i % 2 == 0) pub.reset();
+    ing.RemoveTarget({host + ":1", 0});
+  }
+}
+
 // A replay socket that takes requests and never answers (an engine whose replay
 // port hangs).
 struct SilentReplay {

@@ -31,6 +31,21 @@ MonitoredSub OpenMonitoredSub(zmq::context_t& ctx, const std::string& endpoint,
   return m;
 }
 
+void CloseMonitoredSub(std::unique_ptr<zmq::socket_t>& sub,
+                       std::unique_ptr<zmq::socket_t>& monitor) {
+  if (sub != nullptr) {
+    if (monitor != nullptr) {
+      // Whatever the I/O thread already queued: its sends must not be blocked when
+      // the monitor stops (the stop waits for the monitor's lock).
+      for (int i = 0; i < 4096 && !RecvMultipart(*monitor).empty(); ++i) {
+      }
+    }
+    zmq_socket_monitor(sub->handle(), nullptr, 0);  // no more events from now on
+    sub.reset();
+  }
+  monitor.reset();
+}
+
 bool ReadDisconnected(zmq::socket_t& monitor) {
   bool disconnected = false;
   for (int i = 0; i < 64; ++i) {

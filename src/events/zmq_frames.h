@@ -43,9 +43,30 @@ inline std::vector<zmq::message_t> RecvMultipart(zmq::socket_t& s) {
   }
 }
 
+// Closes a monitored SUB: drains and stops its monitor first, then closes both.
+// The order matters: libzmq's I/O thread sends monitor events with a blocking send;
+// closed the other way round (or the reader first), the closing SUB's disconnect
+// event blocks that thread forever, and with it every socket of the context: no more
+// KV events from any worker, no new connection (found by the index soak, session 8:
+// a worker leaving froze ingestion). Null sockets are skipped.
+void CloseMonitoredSub(std::unique_ptr<zmq::socket_t>& sub,
+                       std::unique_ptr<zmq::socket_t>& monitor);
+
 struct MonitoredSub {
   std::unique_ptr<zmq::socket_t> sub;
   std::unique_ptr<zmq::socket_t> monitor;  // PAIR: connect/disconnect events of `sub`
+
+  MonitoredSub() = default;
+  MonitoredSub(MonitoredSub&&) = default;
+  MonitoredSub& operator=(MonitoredSub&& other) noexcept {
+    if (this != &other) {
+      CloseMonitoredSub(sub, monitor);
+      sub = std::move(other.sub);
+      monitor = std::move(other.monitor);
+    }
+    return *this;
+  }
+  ~MonitoredSub() { CloseMonitoredSub(sub, monitor); }
 };
 
 struct SubOptions {

@@ -190,22 +190,19 @@ def main():
         lost_joins = []  # names of workers the router never followed (doc/soak.md)
 
         def join():
-            """A new worker, followed by the router. A join the router does not follow
-            within 30 s (doc/soak.md "Join probes": rare, cause open) is printed with
-            the router's counters, that worker leaves and another one joins; at most
-            twice in a row."""
-            for _ in range(3):
-                w = start_worker()
-                if follows(w):
-                    return w
-                body = metrics(base)
-                print(f"lost join: {w.name} at {w.endpoint}, {w.seq} probe batches published; "
-                      "router: " + ", ".join(
-                          m.group(0) for m in re.finditer(
-                              r"^infera_kv_events_\w+_total \S+$", body, re.M)), flush=True)
-                lost_joins.append(w.name)
-                leave(w)
-            raise AssertionError("three joins in a row not followed by the router")
+            """A new worker, followed by the router within 30 s; a join it does not
+            follow fails the soak, with the router's counters printed (doc/soak.md:
+            lost joins were the ZMQ I/O thread blocked on a closed monitor, fixed)."""
+            w = start_worker()
+            if follows(w):
+                return w
+            body = metrics(base)
+            print(f"lost join: {w.name} at {w.endpoint}, {w.seq} probe batches published; "
+                  "router: " + ", ".join(
+                      m.group(0) for m in re.finditer(
+                          r"^infera_kv_events_\w+_total \S+$", body, re.M)), flush=True)
+            lost_joins.append(w.name)
+            raise AssertionError(f"the router did not follow {w.name} within 30 s")
 
         def start_worker():
             serial[0] += 1
