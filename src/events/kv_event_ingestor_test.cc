@@ -242,7 +242,7 @@ TEST(KvEventIngestor, WorkersLeavingNeverFreezeIngestion) {
         },
         /*timeout_ms=*/20'000);
   };
-  for (int i = 0; i < 24; ++i) {
+  for (int i = 0; i < 12; ++i) {
     auto pub = MakePublisher();
     const std::string host = "leaver" + std::to_string(i);
     ing.AddTarget({.key = {host + ":1", 0},
@@ -254,7 +254,7 @@ TEST(KvEventIngestor, WorkersLeavingNeverFreezeIngestion) {
     // queue full, so libzmq has stopped reading the connection): the engine goes first
     // or discovery removes it first.
     FakeEngineCache burst({.seed = 13, .capacity_blocks = 64});
-    for (int b = 0; b < 2000; ++b) pub->Publish(burst.NextBatch());
+    for (int b = 0; b < 500; ++b) pub->Publish(burst.NextBatch());
     if (i % 2 == 0) pub.reset();
     ing.RemoveTarget({host + ":1", 0});
   }
