@@ -332,6 +332,17 @@ std::string PercentFormat(const std::string& fmt, const Value& args_value) {
       case 'd':
       case 'i': {
         if (!v.IsNumber()) TypeError("%d format: a real number is required");
+        if (v.IsFloat()) {
+          const double d = std::trunc(v.AsDouble());
+          if (!std::isfinite(d)) ThrowRuntime("cannot convert float infinity or NaN to integer");
+          // Outside long long (a cast would be undefined): Python prints the float's
+          // exact integer value, as %.0f does (width and flags are not applied).
+          if (!(d >= -9.2e18 && d <= 9.2e18)) {
+            std::snprintf(buf, sizeof(buf), "%.0f", d);
+            out += buf;
+            break;
+          }
+        }
         spec += "lld";
         std::snprintf(
             buf, sizeof(buf), spec.c_str(),

@@ -147,6 +147,9 @@ const Case kMethods[] = {
      "}}|{{ 'abcb'.find('b') }}|{{ '-'.join(['a','b']) }}|{{ '{} {x}'.format(1, x=2) }}|{{ '%s=%d' "
      "% ('a', 3) }}",
      "True|True|bba|1|a-b|1 2|a=3"},
+    // %d of a float outside long long: its exact integer value, as Python prints it
+    // (a cast was undefined; found by template_fuzz).
+    {"{{ '%d|%d|%d' % (2.9, 2.5e20, -1e19) }}", "2|250000000000000000000|-10000000000000000000"},
     {"{{ '\\n\\nx\\n'.lstrip('\\n') }}|{{ 'x\\n\\n'.rstrip() }}|{{ 'a\\nb'.splitlines() }}|{{ "
      "msgs[1].content.split('</think>')[-1].lstrip('\\n') }}",
      "x\n|x|['a', 'b']|y"},
