@@ -228,10 +228,7 @@ std::optional<uint64_t> LastSeqOf(const KvEventIngestor& ing, const std::string&
 // libzmq's I/O thread blocked for good on the monitor's disconnect event, and then no
 // target got another message (the index soak lost joins that way).
 TEST(KvEventIngestor, WorkersLeavingNeverFreezeIngestion) {
-  IngestorOptions options;
-  options.replay_on_add = false;
-  options.initial_replay = false;
-  KvEventIngestor ing(options);
+  KvEventIngestor ing(IngestorOptions{.replay_on_add = true});  // the router's options
   auto follow = [&](EventPublisher& pub, const std::string& host) {
     FakeEngineCache engine({.seed = 11, .capacity_blocks = 64});
     int polls = 0;

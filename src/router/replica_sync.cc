@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "events/replica_load_wire.h"
@@ -15,8 +16,17 @@ namespace {
 
 constexpr size_t kMaxReplicaIdBytes = 200;
 
-bool Changed(int64_t a, int64_t b) { return a != b; }
-bool Changed(double a, double b) { return std::abs(a - b) > 1e-9; }
+using Load = core::RemoteLoad::Load;
+
+Load LoadOf(const core::RemoteTargetLoad& t) {
+  return {t.active_blocks, t.pending_prefill_blocks, t.demand_tokens, t.demand_requests};
+}
+
+bool Same(const Load& a, const Load& b) {
+  return a.active_blocks == b.active_blocks &&
+         std::abs(a.pending_prefill_blocks - b.pending_prefill_blocks) <= 1e-9 &&
+         a.demand_tokens == b.demand_tokens && a.demand_requests == b.demand_requests;
+}
 
 }  // namespace
 
@@ -167,8 +177,10 @@ void ReplicaSync::Run() {
     wake_cv_.wait_for(lock, flush, [this] { return stop_ || planned_ || received_; });
     if (stop_) break;
     const bool planned = planned_;
+    const bool received = received_;
     planned_ = false;
     received_ = false;
+    plan_unpublished_ = plan_unpublished_ || planned;
     const uint64_t now = NowMs();
     if (planned && now < last_publish_ms_ + options_.flush_ms) {
       // A delta at most every flush_ms: the rest of a burst of picks waits for the
@@ -179,61 +191,51 @@ void ReplicaSync::Run() {
     }
     lock.unlock();
     if (sub_ == nullptr && nc_->connected()) Subscribe();
-    Tick();
+    Tick(received);
     lock.lock();
   }
 }
 
-void ReplicaSync::Tick() {
+void ReplicaSync::Tick(bool received) {
   const uint64_t now = NowMs();
-  const bool may_publish_delta = now >= last_publish_ms_ + options_.flush_ms;
   const std::shared_ptr<const Fleet> fleet = workers_.Snapshot();
   if (nc_->connected()) {
     const bool snapshot =
         snapshot_due_.exchange(false) || now >= last_snapshot_ms_ + options_.heartbeat_ms;
-    if (snapshot || may_publish_delta) {
+    // Load only comes from plans: with nothing sent and no plan since, it is zero.
+    const bool may_delta = now >= last_publish_ms_ + options_.flush_ms &&
+                           (plan_unpublished_ || !sent_.empty());
+    if (snapshot || may_delta) {
+      plan_unpublished_ = false;
       std::vector<core::RemoteTargetLoad> own = planner_.OwnLoad(*fleet);
+      Loads held;
+      for (const core::RemoteTargetLoad& t : own) held[{t.worker_id, t.dp_rank}] = LoadOf(t);
       if (snapshot) {
-        sent_.clear();
-        for (const core::RemoteTargetLoad& t : own) {
-          sent_[{t.worker_id, t.dp_rank}] = {t.active_blocks, t.pending_prefill_blocks,
-                                             t.demand_tokens, t.demand_requests};
-        }
+        sent_ = std::move(held);
         Publish(core::RemoteLoadKind::kSnapshot, std::move(own), now);
         last_snapshot_ms_ = now;
       } else {
         // The change since the last message: targets now held, and targets released.
         std::vector<core::RemoteTargetLoad> delta;
-        std::map<Key, Sent> next;
-        for (core::RemoteTargetLoad& t : own) {
-          Key key{t.worker_id, t.dp_rank};
-          const Sent now_held{t.active_blocks, t.pending_prefill_blocks, t.demand_tokens,
-                              t.demand_requests};
-          const auto it = sent_.find(key);
-          const Sent before = it == sent_.end() ? Sent{} : it->second;
-          if (Changed(now_held.active_blocks, before.active_blocks) ||
-              Changed(now_held.pending_prefill_blocks, before.pending_prefill_blocks) ||
-              Changed(now_held.demand_tokens, before.demand_tokens) ||
-              Changed(now_held.demand_requests, before.demand_requests)) {
-            t.active_blocks -= before.active_blocks;
-            t.pending_prefill_blocks -= before.pending_prefill_blocks;
-            t.demand_tokens -= before.demand_tokens;
-            t.demand_requests -= before.demand_requests;
-            delta.push_back(t);
-          }
-          next.emplace(std::move(key), now_held);
-        }
-        for (const auto& [key, before] : sent_) {
-          if (next.count(key) > 0) continue;
+        auto add = [&delta](const Key& key, const Load& now_held, const Load& before) {
+          if (Same(now_held, before)) return;
           delta.push_back({.worker_id = key.first,
                            .dp_rank = key.second,
-                           .active_blocks = -before.active_blocks,
-                           .pending_prefill_blocks = -before.pending_prefill_blocks,
-                           .demand_tokens = -before.demand_tokens,
-                           .demand_requests = -before.demand_requests});
+                           .active_blocks = now_held.active_blocks - before.active_blocks,
+                           .pending_prefill_blocks =
+                               now_held.pending_prefill_blocks - before.pending_prefill_blocks,
+                           .demand_tokens = now_held.demand_tokens - before.demand_tokens,
+                           .demand_requests = now_held.demand_requests - before.demand_requests});
+        };
+        for (const auto& [key, l] : held) {
+          const auto it = sent_.find(key);
+          add(key, l, it == sent_.end() ? Load{} : it->second);
+        }
+        for (const auto& [key, before] : sent_) {
+          if (!held.contains(key)) add(key, Load{}, before);
         }
         if (!delta.empty()) {
-          sent_ = std::move(next);
+          sent_ = std::move(held);
           Publish(core::RemoteLoadKind::kDelta, std::move(delta), now);
         }
       }
@@ -242,7 +244,10 @@ void ReplicaSync::Tick() {
     snapshot_due_.store(true);  // the peers may have expired us meanwhile
   }
   std::lock_guard<std::mutex> lock(remote_mu_);
-  remote_.Expire(now);
+  const bool expired = remote_.Expire(now) > 0;
+  // The pick mutex only when the peers' totals (or the fleet they apply to) changed.
+  if (!received && !expired && fleet == totals_fleet_) return;
+  totals_fleet_ = fleet;
   planner_.SetRemoteLoad(*fleet, [this](const core::TargetKey& key) {
     // remote_mu_ is held by the caller (Tick).
     return remote_.Totals(key);

@@ -83,20 +83,16 @@ class ReplicaSync {
   void RenderMetrics(std::string& out) const;
 
  private:
-  struct Sent {  // what the peers believe this replica holds on one target
-    int64_t active_blocks = 0;
-    double pending_prefill_blocks = 0;
-    int64_t demand_tokens = 0;
-    int64_t demand_requests = 0;
-  };
   using Key = std::pair<std::string, uint32_t>;
+  using Loads = std::map<Key, core::RemoteLoad::Load>;
 
   static void OnMessage(natsConnection* nc, natsSubscription* sub, natsMsg* msg, void* closure);
   void Receive(natsMsg* msg);
   void Run();
   bool Subscribe();
-  // One turn of the thread: publish (snapshot or delta), expire, set the totals.
-  void Tick();
+  // One turn of the thread: publish (snapshot or delta), expire, and set the peers'
+  // totals on the fleet when they may have changed (`received`: a message applied).
+  void Tick(bool received);
   void Publish(core::RemoteLoadKind kind, std::vector<core::RemoteTargetLoad> targets,
                uint64_t now_ms);
   uint64_t NowMs() const { return static_cast<uint64_t>(clock_.NowNs() / 1'000'000); }
@@ -122,7 +118,11 @@ class ReplicaSync {
   uint64_t last_ts_ms_ = 0;
   uint64_t last_snapshot_ms_ = 0;
   uint64_t last_publish_ms_ = 0;
-  std::map<Key, Sent> sent_;
+  Loads sent_;                  // what the peers believe this replica holds
+  bool plan_unpublished_ = false;  // a plan since the last look at the own load
+  // The fleet the peers' totals were last set on (held: a new fleet at the old address
+  // must not look unchanged).
+  std::shared_ptr<const Fleet> totals_fleet_;
 
   // The peers' load (the libnats callback applies, the thread reads).
   mutable std::mutex remote_mu_;

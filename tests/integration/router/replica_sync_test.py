@@ -4,7 +4,8 @@ doc/replica-sync.md).
 
 Real processes on free ports: Debian's nats-server (core NATS), two slow
 infera-mock-engines, three infera-routers A, B, C with --router-replica-sync and
-otherwise default flags (heartbeat 1 s, TTL 3 s). Bounded polls only.
+otherwise default flags (default replica ids, heartbeat 1 s, TTL 3 s). Bounded polls
+only.
 
 1. Every replica counts the two others as peers.
 2. Streams held open through A: B's and C's /v1/workers show, per target,
@@ -118,8 +119,7 @@ def main():
         routers = {}
         for name in ("A", "B", "C"):
             proc, base = start_router(procs, ARGS.router, workers, "--router-replica-sync",
-                                      "--nats-server", url, "--router-replica-id", f"replica-{name}",
-                                      name=f"router-{name}")
+                                      "--nats-server", url, name=f"router-{name}")
             routers[name] = (proc, base)
         A, B, C = (routers[n][1] for n in ("A", "B", "C"))
 
