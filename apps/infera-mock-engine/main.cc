@@ -52,7 +52,9 @@ int main(int argc, char** argv) {
   app.add_option("--kv-replay-endpoint", runner_options.replay_endpoint,
                  "ZMQ ROUTER replay endpoint of rank 0 (empty: none)");
   app.add_option("--kv-events-topic", runner_options.topic, "topic frame of every message");
-  app.add_option("--tokenizer", tokenizer_dir, "directory with tokenizer.json (+ chat template)");
+  app.add_option("--tokenizer", tokenizer_dir,
+                 "directory with tokenizer.json (+ chat template), or a Hugging Face model id in "
+                 "the hub cache");
   bool render_differently = false;
   app.add_flag("--render-differently", render_differently,
                "fault: append one token to every prompt rendered or tokenized from text "

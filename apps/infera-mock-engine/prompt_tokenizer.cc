@@ -1,6 +1,7 @@
 #include "prompt_tokenizer.h"
 
 #include "template/chat_template.h"
+#include "tokenizer/model_path.h"
 #include "tokenizer/tokenizer.h"
 
 namespace infera::mock {
@@ -30,10 +31,14 @@ absl::StatusOr<std::unique_ptr<PromptTokenizer>> PromptTokenizer::Load(const std
                                                                        bool render_differently) {
   auto impl = std::make_unique<Impl>();
   if (!dir.empty()) {
-    absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> t = tokenizer::Tokenizer::Load(dir);
+    // A directory, or a Hugging Face model id in the hub cache, as the router takes it.
+    absl::StatusOr<tokenizer::ResolvedModelPath> path = tokenizer::ResolveModelPath(dir);
+    if (!path.ok()) return path.status();
+    absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> t =
+        tokenizer::Tokenizer::Load(path->path);
     if (!t.ok()) return t.status();
     impl->tokenizer = std::move(*t);
-    absl::StatusOr<chat::ChatTemplate> c = chat::ChatTemplate::Load(dir);
+    absl::StatusOr<chat::ChatTemplate> c = chat::ChatTemplate::Load(path->path);
     if (c.ok()) impl->chat = std::move(*c);
   }
   if (render_differently) {

@@ -1,14 +1,19 @@
 // infera-register: the worker-side sidecar. Registers one worker record in etcd
 // under a lease, keeps it alive, re-registers when the lease is lost, and revokes
-// it on SIGTERM/SIGINT (exit 0). See doc/discovery.md. With --kv-relay nats it also
-// relays the engine's ZMQ KV events to NATS JetStream (doc/nats-transport.md).
+// it on SIGTERM/SIGINT (exit 0); with --k8s it writes the record into its own Pod's
+// annotation instead (and removes it on SIGTERM). See doc/discovery.md. With
+// --kv-relay nats it also relays the engine's ZMQ KV events to NATS JetStream
+// (doc/nats-transport.md).
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 
+#include "discovery/discovery_factory.h"
 #include "discovery/etcd_registrar.h"
+#include "discovery/kube_registrar.h"
 #include "discovery/worker_record.h"
 #include "events/nats_relay.h"
 #include "events/publisher.h"
@@ -88,6 +93,28 @@ int main(int argc, char** argv) {
                  "ZMQ subscription topic prefix of the relay (empty: all)");
   app.add_flag("--relay-only", relay_only,
                "Relay KV events only; register nothing in etcd (static discovery)");
+  bool k8s = false;
+  infera::discovery::DiscoveryConfig k8s_config;  // the client flags the router takes too
+  infera::discovery::KubeRegistrarOptions k8s_options;
+  app.add_flag("--k8s", k8s,
+               "Register in this Pod's annotation infera.amd.com/worker-info (Kubernetes "
+               "discovery) instead of etcd; removed on SIGTERM");
+  app.add_option("--k8s-pod", k8s_options.pod_name, "--k8s: this Pod's name (default: POD_NAME)");
+  app.add_option("--k8s-namespace", k8s_options.namespace_name,
+                 "--k8s: this Pod's namespace (default: POD_NAMESPACE, else the service "
+                 "account's)");
+  app.add_option("--k8s-api-server", k8s_config.k8s_api_server,
+                 "--k8s: API server URL (default: in-cluster)");
+  app.add_option("--k8s-token-file", k8s_config.k8s_token_file,
+                 "--k8s: bearer token file for --k8s-api-server");
+  app.add_option("--k8s-ca-file", k8s_config.k8s_ca_file,
+                 "--k8s: CA bundle (PEM) for an https --k8s-api-server");
+  app.add_option("--k8s-service-account-dir", k8s_config.k8s_service_account_dir,
+                 "--k8s, in-cluster: where token, ca.crt and namespace are mounted")
+      ->capture_default_str();
+  app.add_option("--k8s-refresh-s", k8s_options.refresh_s,
+                 "--k8s: re-write the annotation this often (heals a stripped one)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -165,6 +192,40 @@ int main(int argc, char** argv) {
     }
     spdlog::info("infera-register: relaying KV events of {} ({} ranks) to {}", record->worker_id,
                  record->dp_size, relay_options.nats.url);
+  }
+  if (k8s && !relay_only) {
+    if (k8s_options.pod_name.empty()) {
+      if (const char* v = std::getenv("POD_NAME")) k8s_options.pod_name = v;
+    }
+    if (k8s_options.namespace_name.empty()) {
+      const char* v = std::getenv("POD_NAMESPACE");
+      k8s_options.namespace_name =
+          v != nullptr && *v != '\0'
+              ? std::string(v)
+              : infera::discovery::InClusterNamespace(k8s_config.k8s_service_account_dir);
+    }
+    auto client = infera::discovery::KubeClientOptionsFrom(k8s_config);
+    if (!client.ok()) {
+      std::fprintf(stderr, "infera-register: %s\n", Message(client.status()).c_str());
+      return 2;
+    }
+    k8s_options.client = *std::move(client);
+    auto created = infera::discovery::KubeRegistrar::Create(*record, k8s_options);
+    if (!created.ok()) {
+      std::fprintf(stderr, "infera-register: %s\n", Message(created.status()).c_str());
+      return 2;
+    }
+    std::unique_ptr<infera::discovery::KubeRegistrar> kube = *std::move(created);
+    spdlog::info("infera-register: keeping {} in pod {}/{} annotation (refresh {} s)",
+                 record->worker_id, k8s_options.namespace_name, k8s_options.pod_name,
+                 k8s_options.refresh_s);
+    kube->Start();
+    int signal_number = 0;
+    sigwait(&signals, &signal_number);
+    if (relay) relay->Stop();
+    spdlog::info("infera-register: signal {}, removing the annotation", signal_number);
+    if (absl::Status s = kube->Stop(); !s.ok()) spdlog::warn("infera-register: {}", Message(s));
+    return 0;
   }
   std::unique_ptr<EtcdRegistrar> registrar;
   if (!relay_only) {

@@ -10,10 +10,12 @@
 #include <random>
 
 #include "discovery/discovery_factory.h"
+#include "discovery/static_discovery.h"
+#include "router/log_levels.h"
 #include "router/router.h"
-#include "spdlog/cfg/helpers.h"
 #include "spdlog/spdlog.h"
 #include "template/render_command.h"
+#include "tokenizer/model_path.h"
 
 namespace {
 
@@ -109,10 +111,11 @@ int main(int argc, char** argv) {
   app.add_option("--load-term", load_term,
                  "work (pending prefill + KV pressure) | spec (active blocks until completion)")
       ->capture_default_str();
-  app.add_option("--router-tokenizer-path", opt.tokenizer_path,
-                 "Directory with tokenizer.json and tokenizer_config.json (chat template); "
-                 "without it prompts are estimated as bytes/4 and only integer-array prompts "
-                 "get cache hits");
+  app.add_option("--router-tokenizer-path,--kv-tokenizer-path", opt.tokenizer_path,
+                 "Directory with tokenizer.json and tokenizer_config.json (chat template), or "
+                 "a Hugging Face model id (Qwen/Qwen3-0.6B) found offline in the hub cache "
+                 "($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub); without it prompts "
+                 "are estimated as bytes/4 and only integer-array prompts get cache hits");
   app.add_option("--max-tokenize-bytes", opt.max_tokenize_bytes,
                  "Prompts longer than this (completions text, or the chat body and its "
                  "rendering) are not tokenized: sized by the bytes/4 estimate (0: no limit)")
@@ -129,14 +132,33 @@ int main(int argc, char** argv) {
                  "Re-probe every worker's /tokenize this often to check it renders chats like "
                  "the router (workers are probed when discovered; 0: only then)")
       ->capture_default_str();
-  app.add_option("--discovery-backend", discovery_backend, "static | etcd")->capture_default_str();
+  app.add_option("--discovery-backend", discovery_backend,
+                 "static | etcd | kubernetes (Pods by --k8s-label-selector, their "
+                 "infera.amd.com/worker-info annotation)")
+      ->capture_default_str();
+  infera::discovery::DiscoveryConfig dcfg;
+  CLI::Option* selector_flag =
+      app.add_option("--k8s-label-selector", dcfg.k8s_label_selector,
+                     "kubernetes: label selector of the fleet's worker Pods (required; env "
+                     "INFERA_K8S_LABEL_SELECTOR)");
+  app.add_option("--k8s-namespace", dcfg.k8s_namespace,
+                 "kubernetes: namespace to watch (default: the Pod's own, from the service "
+                 "account, else default)");
+  app.add_option("--k8s-api-server", dcfg.k8s_api_server,
+                 "kubernetes: API server URL https://host:port (default: in-cluster, "
+                 "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT with the service account)");
+  app.add_option("--k8s-token-file", dcfg.k8s_token_file,
+                 "kubernetes: bearer token file for --k8s-api-server (read for every call)");
+  app.add_option("--k8s-ca-file", dcfg.k8s_ca_file,
+                 "kubernetes: CA bundle (PEM) for an https --k8s-api-server (default: system)");
+  app.add_option("--k8s-service-account-dir", dcfg.k8s_service_account_dir,
+                 "kubernetes, in-cluster: where token, ca.crt and namespace are mounted")
+      ->capture_default_str();
   app.add_option("--etcd-endpoint", etcd_endpoint, "etcd endpoints host:port[,host:port]")
       ->capture_default_str();
   app.add_option("--etcd-prefix", etcd_prefix, "etcd key prefix of worker records")
       ->capture_default_str();
-  app.add_option("--worker", worker_flags,
-                 "Static worker: URL[,model=M,worker_id=ID,kv_events_endpoint=tcp://H:P,...] "
-                 "(repeatable)");
+  app.add_option("--worker", worker_flags, infera::discovery::WorkerFlagHelp());
   app.add_option("--workers-file", workers_file, "JSON list of worker records (etcd schema)");
   app.add_option("--kv-event-transport", kv_transport,
                  "zmq (engines' ZMQ streams) | nats (JetStream, fed by infera-register "
@@ -150,9 +172,11 @@ int main(int argc, char** argv) {
   app.add_option("--approx-max-blocks", opt.approx.max_blocks,
                  "--kv-event-transport none: predicted cached blocks kept per worker")
       ->capture_default_str();
-  app.add_option("--nats-server", opt.nats_server,
-                 "NATS server URL(s) for --kv-event-transport nats and --router-replica-sync")
-      ->capture_default_str();
+  CLI::Option* nats_flag =
+      app.add_option("--nats-server", opt.nats_server,
+                     "NATS server URL(s) for --kv-event-transport nats and --router-replica-sync "
+                     "(without the flag: env NATS_SERVER)")
+          ->capture_default_str();
   bool replica_sync = false;
   infera::router::ReplicaSyncOptions replica;
   app.add_flag("--router-replica-sync", replica_sync,
@@ -180,7 +204,9 @@ int main(int argc, char** argv) {
       app.add_option("--max-index-blocks", max_index_blocks,
                      "Bound of each target's cache view in blocks, oldest evicted first (0: none; "
                      "default: 1.25 x the worker record's num_gpu_blocks, else 1048576)");
-  app.add_option("--request-transport", request_transport, "http")->capture_default_str();
+  app.add_option("--request-transport", request_transport,
+                 "http (nats, Infera's NATS request transport, is not built yet)")
+      ->capture_default_str();
   app.add_option("--request-timeout-ms", opt.request_timeout_ms, "Per-request upstream deadline")
       ->capture_default_str();
   app.add_option("--max-attempts", opt.max_attempts,
@@ -206,15 +232,65 @@ int main(int argc, char** argv) {
   app.add_option("--drain-timeout-ms", opt.server.drain_timeout_ms,
                  "On SIGTERM, wait this long for in-flight requests")
       ->capture_default_str();
-  app.add_option("--log-level", log_level,
-                 "trace | debug | info | warn | error, or per logger: info,decode_demand=debug")
-      ->capture_default_str();
+  CLI::Option* log_flag =
+      app.add_option("--log-level", log_level,
+                     "trace | debug | info | warn | error | off, or per target: "
+                     "info,decode_demand=debug (also infera_router::decode_demand=debug); "
+                     "without it RUST_LOG is read (default info)")
+          ->capture_default_str();
+  std::string router_backend;
+  CLI::Option* backend_flag = app.add_option(
+      "--router-backend", router_backend,
+      "python | rust (Infera's choice of data plane; env INFERA_ROUTER_BACKEND): both run "
+      "this router's one native data plane");
   CLI11_PARSE(app, argc, argv);
 
-  if (log_level.find_first_of(",=") != std::string::npos) {
-    spdlog::cfg::helpers::load_levels(log_level);
-  } else {
-    spdlog::set_level(spdlog::level::from_str(log_level));
+  auto levels = infera::router::ResolveLogLevels(
+      log_flag->count() > 0 ? std::optional<std::string>(log_level) : std::nullopt,
+      std::getenv("RUST_LOG"));
+  if (!levels.ok()) {
+    spdlog::error("{}", std::string(levels.status().message()));
+    return 2;
+  }
+  infera::router::ApplyLogLevels(*levels);
+  for (const std::string& target : levels->ignored) {
+    spdlog::warn(
+        "{}: log target '{}' is a crate of Infera's Rust router, not part of this one: "
+        "ignored",
+        levels->source, target);
+  }
+  if (backend_flag->count() == 0) {
+    if (const char* env = std::getenv("INFERA_ROUTER_BACKEND"); env != nullptr && *env != '\0') {
+      router_backend = env;
+    }
+  }
+  if (!router_backend.empty()) {
+    if (router_backend != "python" && router_backend != "rust") {
+      spdlog::error("--router-backend (or INFERA_ROUTER_BACKEND) must be python or rust, got '{}'",
+                    router_backend);
+      return 2;
+    }
+    spdlog::info(
+        "router: --router-backend {}: infera-router has one native (C++) data plane; python and "
+        "rust both run it",
+        router_backend);
+  }
+  if (nats_flag->count() == 0) {
+    if (const char* env = std::getenv("NATS_SERVER"); env != nullptr && *env != '\0') {
+      opt.nats_server = env;
+    }
+  }
+  if (!opt.tokenizer_path.empty()) {
+    auto resolved = infera::tokenizer::ResolveModelPath(opt.tokenizer_path);
+    if (!resolved.ok()) {
+      spdlog::error("--router-tokenizer-path {}", std::string(resolved.status().message()));
+      return 2;
+    }
+    if (resolved->source == "hub-cache") {
+      spdlog::info("router: tokenizer {} -> {} (Hugging Face hub cache)", opt.tokenizer_path,
+                   resolved->path);
+    }
+    opt.tokenizer_path = resolved->path;
   }
   auto parsed_policy = infera::core::ParsePolicy(policy);
   if (!parsed_policy.ok()) {
@@ -288,8 +364,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   opt.render_parity.interval_ns = static_cast<int64_t>(parity_interval_s * 1e9);
+  if (request_transport == "nats") {
+    spdlog::error(
+        "--request-transport nats (Infera's NATS request transport) is not built yet (issue 26); "
+        "use --request-transport http, which every worker serves");
+    return 2;
+  }
   if (request_transport != "http") {
-    spdlog::error("--request-transport must be http");
+    spdlog::error("--request-transport must be http (nats: not built yet, issue 26), got '{}'",
+                  request_transport);
     return 2;
   }
   if (port < 0 || port > 65535) {
@@ -323,7 +406,9 @@ int main(int argc, char** argv) {
   opt.server.max_body_bytes = max_body;
   opt.server.max_header_bytes = max_header;
 
-  infera::discovery::DiscoveryConfig dcfg;
+  if (selector_flag->count() == 0) {
+    if (const char* env = std::getenv("INFERA_K8S_LABEL_SELECTOR")) dcfg.k8s_label_selector = env;
+  }
   dcfg.backend = discovery_backend;
   dcfg.worker_flags = worker_flags;
   dcfg.workers_file = workers_file;

@@ -190,7 +190,7 @@ size_t Selector::BlocksOf(const RoutingInput& input, size_t block_size) {
 PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const TargetId> candidates) {
   PickResult result;
   const size_t n = candidates.size();
-  const double w = config_.OverlapWeight(input.role);
+  const double w = config_.OverlapWeight(input.role) * input.overlap_weight_factor;
   const bool has_images = !input.image_keys.empty();
   // Text overlap is not trusted when images are present: the placeholder tokens are
   // the same for every image. Image affinity replaces it, in the prefill/mixed pool.

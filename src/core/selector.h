@@ -110,6 +110,9 @@ struct RoutingInput {
   // Targets whose KV overlap is not trusted (their worker renders prompts differently,
   // doc/render-parity.md): none of their cached blocks is credited. Usually empty.
   std::span<const TargetId> overlap_untrusted;
+  // Per-request factor on the kv-aware overlap weight (the text and image terms):
+  // the client's cache-retention hints (router/cache_control.h); 1 = none.
+  double overlap_weight_factor = 1.0;
 
   bool OverlapTrusted(TargetId t) const {
     for (TargetId u : overlap_untrusted) {

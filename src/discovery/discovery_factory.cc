@@ -2,12 +2,31 @@
 
 #include "discovery/etcd_discovery.h"
 #include "discovery/internal/str_cat.h"
+#include "discovery/kubernetes_discovery.h"
 #include "discovery/static_discovery.h"
 
 namespace infera::discovery {
 
 using internal::Cat;
 using internal::MessageOf;
+
+absl::StatusOr<KubeClientOptions> KubeClientOptionsFrom(const DiscoveryConfig& config) {
+  if (config.k8s_api_server.empty()) {
+    if (!config.k8s_token_file.empty() || !config.k8s_ca_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--k8s-token-file and --k8s-ca-file go with --k8s-api-server (in-cluster credentials "
+          "come from the service account)");
+    }
+    auto in_cluster = KubeClientOptions::InCluster(config.k8s_service_account_dir, config.getenv);
+    if (!in_cluster.ok()) return absl::InvalidArgumentError(MessageOf(in_cluster.status()));
+    return in_cluster;
+  }
+  KubeClientOptions options;
+  options.api_server = config.k8s_api_server;
+  options.token_file = config.k8s_token_file;
+  options.ca_file = config.k8s_ca_file;
+  return options;
+}
 
 absl::StatusOr<std::unique_ptr<Discovery>> CreateDiscovery(const DiscoveryConfig& config) {
   const bool has_workers = !config.worker_flags.empty() || !config.workers_file.empty();
@@ -54,9 +73,27 @@ absl::StatusOr<std::unique_ptr<Discovery>> CreateDiscovery(const DiscoveryConfig
       return absl::InvalidArgumentError("--etcd-prefix must not be empty");
     return std::unique_ptr<Discovery>(new EtcdDiscovery(std::move(options)));
   }
-  if (backend == "kubernetes" || backend == "k8s") {
-    return absl::UnimplementedError(
-        "--discovery-backend kubernetes is not available in this build; use etcd or static");
+  if (backend == "kubernetes") {
+    if (has_workers) {
+      return absl::InvalidArgumentError(
+          "--worker/--workers-file cannot be combined with --discovery-backend kubernetes");
+    }
+    KubernetesDiscoveryOptions options;
+    options.label_selector = config.k8s_label_selector;
+    if (options.label_selector.empty()) {
+      return absl::InvalidArgumentError(
+          "--discovery-backend kubernetes requires --k8s-label-selector (or "
+          "INFERA_K8S_LABEL_SELECTOR): an empty selector would register every annotated Pod "
+          "of the namespace");
+    }
+    auto client = KubeClientOptionsFrom(config);
+    if (!client.ok()) return client.status();
+    options.client = *std::move(client);
+    if (auto probe = KubeClient::Create(options.client); !probe.ok()) return probe.status();
+    options.namespace_name = config.k8s_namespace.empty()
+                                 ? InClusterNamespace(config.k8s_service_account_dir)
+                                 : config.k8s_namespace;
+    return std::unique_ptr<Discovery>(new KubernetesDiscovery(std::move(options)));
   }
   return absl::InvalidArgumentError(
       Cat("--discovery-backend must be static, etcd or kubernetes, got '", backend, "'"));

@@ -62,7 +62,19 @@ TEST(DiscoveryFactoryTest, Errors) {
 
   DiscoveryConfig k8s;
   k8s.backend = "kubernetes";
-  EXPECT_EQ(CreateDiscovery(k8s).status().code(), absl::StatusCode::kUnimplemented);
+  k8s.getenv = [](const char*) -> const char* { return nullptr; };  // not in a Pod
+  EXPECT_THAT(CreateDiscovery(k8s).status().message(), HasSubstr("--k8s-label-selector"));
+  k8s.k8s_label_selector = "app=vllm";
+  EXPECT_THAT(CreateDiscovery(k8s).status().message(), HasSubstr("KUBERNETES_SERVICE_HOST"));
+  k8s.k8s_token_file = "/tmp/t";
+  EXPECT_THAT(CreateDiscovery(k8s).status().message(), HasSubstr("go with --k8s-api-server"));
+  k8s.k8s_api_server = "ftp://x";
+  EXPECT_THAT(CreateDiscovery(k8s).status().message(), HasSubstr("https://host[:port]"));
+  k8s.k8s_api_server = "http://127.0.0.1:6443";
+  k8s.k8s_namespace = "ns";
+  EXPECT_TRUE(CreateDiscovery(k8s).ok());
+  k8s.backend = "k8s";  // Infera's name only
+  EXPECT_EQ(CreateDiscovery(k8s).status().code(), absl::StatusCode::kInvalidArgument);
 
   DiscoveryConfig unknown;
   unknown.backend = "consul";

@@ -1,35 +1,14 @@
 #include "discovery/etcd_client.h"
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <chrono>
-
+#include "discovery/internal/http_call.h"
 #include "discovery/internal/str_cat.h"
 
 namespace infera::discovery {
 namespace {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using asio::ip::tcp;
 using internal::Cat;
 
-constexpr size_t kMaxErrorBodyBytes = 64 * 1024;
 constexpr size_t kMaxStreamMessageBytes = 16 * 1024 * 1024;
-
-absl::Status IoError(std::string_view step, const std::string& endpoint,
-                     const beast::error_code& ec) {
-  std::string what = Cat("etcd ", endpoint, ": ", step, ": ", ec.message());
-  if (ec == beast::error::timeout) return absl::DeadlineExceededError(what);
-  return absl::UnavailableError(what);
-}
 
 }  // namespace
 
@@ -67,101 +46,27 @@ std::string EtcdClient::current_endpoint() const {
 
 absl::Status EtcdClient::Post(std::string_view path, const std::string& body, bool streaming,
                               const std::function<absl::Status(std::string_view)>& on_data) {
-  if (cancelled()) return absl::CancelledError("etcd client cancelled");
   const Endpoint endpoint = endpoints_[endpoint_index_.load() % endpoints_.size()];
-  const std::string endpoint_name = Cat(endpoint.host, ":", endpoint.port);
-  const auto request_timeout = std::chrono::milliseconds(options_.request_timeout_ms);
-  const auto idle_timeout = std::chrono::milliseconds(options_.watch_idle_timeout_ms);
-  const auto deadline = std::chrono::steady_clock::now() + request_timeout;
-
-  asio::io_context ioc;
-  tcp::resolver resolver(ioc);
-  beast::tcp_stream stream(ioc);
-  absl::Status result = absl::UnknownError("etcd call did not finish");
-  bool done = false;
+  internal::HttpEndpoint ep;
+  ep.host = endpoint.host;
+  ep.port = endpoint.port;
+  internal::HttpCallOptions call;
+  call.method = "POST";
+  call.target = std::string(path);
+  call.body = body;
+  call.content_type = "application/json";
+  call.streaming = streaming;
+  call.request_timeout_ms = options_.request_timeout_ms;
+  call.idle_timeout_ms = options_.watch_idle_timeout_ms;
+  call.max_response_bytes = options_.max_response_bytes;
+  call.service = "etcd";
   bool connect_failed = false;
-
-  // The exchange runs as one coroutine on this thread's private io_context; the
-  // loop below drives it in short slices so Cancel() from another thread is seen.
-  auto exchange = [&]() -> asio::awaitable<absl::Status> {
-    beast::error_code ec;
-    auto redirect = asio::redirect_error(asio::use_awaitable, ec);
-    auto results = co_await resolver.async_resolve(endpoint.host, endpoint.port, redirect);
-    if (ec) {
-      connect_failed = true;
-      co_return IoError("resolve", endpoint_name, ec);
-    }
-    stream.expires_at(deadline);
-    co_await stream.async_connect(results, redirect);
-    if (ec) {
-      connect_failed = true;
-      co_return IoError("connect", endpoint_name, ec);
-    }
-    http::request<http::string_body> request{http::verb::post, std::string(path), 11};
-    request.set(http::field::host, endpoint_name);
-    request.set(http::field::content_type, "application/json");
-    request.body() = body;
-    request.prepare_payload();
-    co_await http::async_write(stream, request, redirect);
-    if (ec) co_return IoError("write", endpoint_name, ec);
-
-    beast::flat_buffer buffer;
-    http::response_parser<http::buffer_body> parser;
-    if (streaming) {
-      parser.body_limit(boost::none);
-      stream.expires_after(idle_timeout);
-    } else {
-      parser.body_limit(options_.max_response_bytes);
-    }
-    co_await http::async_read_header(stream, buffer, parser, redirect);
-    if (ec) co_return IoError("read header", endpoint_name, ec);
-    const int http_status = parser.get().result_int();
-    std::string error_body;
-    char chunk[16 * 1024];
-    while (!parser.is_done()) {
-      parser.get().body().data = chunk;
-      parser.get().body().size = sizeof(chunk);
-      if (streaming) stream.expires_after(idle_timeout);
-      co_await http::async_read_some(stream, buffer, parser, redirect);
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) co_return IoError("read body", endpoint_name, ec);
-      size_t n = sizeof(chunk) - parser.get().body().size;
-      if (n == 0) continue;
-      if (http_status != 200) {
-        if (error_body.size() < kMaxErrorBodyBytes) error_body.append(chunk, n);
-        continue;
-      }
-      if (auto s = on_data(std::string_view(chunk, n)); !s.ok()) co_return s;
-    }
-    if (http_status != 200) co_return GatewayError(http_status, error_body);
-    if (streaming) co_return absl::UnavailableError(Cat("etcd ", endpoint_name, ": stream ended"));
-    co_return absl::OkStatus();
-  };
-
-  asio::co_spawn(
-      ioc,
-      [&]() -> asio::awaitable<void> {
-        result = co_await exchange();
-        done = true;
-      },
-      asio::detached);
-  bool cancel_sent = false;
-  while (!done) {
-    ioc.run_for(std::chrono::milliseconds(kCancelPollMs));
-    if (!done && !cancel_sent && cancelled()) {
-      cancel_sent = true;
-      resolver.cancel();
-      beast::error_code ignored;
-      stream.socket().cancel(ignored);
-      stream.socket().close(ignored);
-    }
-    if (ioc.stopped() && !done) ioc.restart();
-  }
-  if (cancel_sent || (!result.ok() && cancelled())) {
-    return absl::CancelledError("etcd client cancelled");
-  }
+  auto result = internal::HttpCall(ep, call, cancelled_, on_data, &connect_failed);
   if (connect_failed && endpoints_.size() > 1) endpoint_index_.fetch_add(1);
-  return result;
+  if (!result.ok()) return result.status();
+  if (result->status != 200) return GatewayError(result->status, result->error_body);
+  if (streaming) return absl::UnavailableError(Cat("etcd ", ep.Name(), ": stream ended"));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> EtcdClient::PostUnary(std::string_view path, const std::string& body) {

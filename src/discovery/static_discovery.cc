@@ -62,6 +62,7 @@ absl::StatusOr<WorkerRecord> ParseWorkerFlag(std::string_view flag) {
     }
     std::string_view key = part.substr(0, eq);
     std::string_view value = part.substr(eq + 1);
+    if (key == "model") key = "model_name";  // the short spelling --help has always shown
     if (!seen.insert(key).second) return error(Cat("key '", key, "' given twice"));
     if (IsOneOf(key, kStringKeys)) {
       obj[std::string(key)] = std::string(value);
@@ -91,6 +92,21 @@ absl::StatusOr<WorkerRecord> ParseWorkerFlag(std::string_view flag) {
   auto record = WorkerRecordFromJson(obj);
   if (!record.ok()) return error(MessageOf(record.status()));
   return record;
+}
+
+std::string WorkerFlagHelp() {
+  std::string keys = "model_name (or model)";
+  for (std::string_view k : kStringKeys) {
+    if (k != "model_name") keys += Cat(", ", k);
+  }
+  keys += ", disagg_protocol";
+  for (std::string_view k : kIntKeys) keys += Cat(", ", k);
+  keys += ", bootstrap_host, bootstrap_port, bootstrap_addr, engine_id";
+  return Cat(
+      "Static worker: URL[,key=value,...] (repeatable), e.g. "
+      "http://10.0.0.5:30000,model_name=Qwen/Qwen3-0.6B,kv_events_endpoint=tcp://"
+      "10.0.0.5:5557; keys: ",
+      keys);
 }
 
 absl::StatusOr<std::vector<WorkerRecord>> ParseWorkersList(std::string_view json_text) {

@@ -5,7 +5,7 @@
 //   --workers-file workers.json   // [ {worker record}, ... ] exactly as stored in etcd
 //
 // The flag is the URL followed by comma-separated key=value pairs whose keys are
-// the record's field names (worker_id, model_name, engine, disagg_mode,
+// the record's field names (worker_id, model_name (also spelled model), engine, disagg_mode,
 // disagg_protocol, kv_events_endpoint, kv_replay_endpoint, kv_block_size, dp_rank,
 // dp_size, num_gpu_blocks) or disagg_meta.params keys (bootstrap_host, bootstrap_port,
 // bootstrap_addr, engine_id); the values go through the same validation as a JSON record. Values
@@ -28,6 +28,9 @@ inline constexpr size_t kMaxWorkersFileBytes = 16 * 1024 * 1024;
 
 // Parses one `--worker` flag value.
 absl::StatusOr<WorkerRecord> ParseWorkerFlag(std::string_view flag);
+
+// The `--worker` help text, naming every key ParseWorkerFlag accepts.
+std::string WorkerFlagHelp();
 
 // Parses a JSON list of worker records; errors name the list index. Duplicate
 // worker_ids are rejected.

@@ -57,6 +57,15 @@ TEST(WorkerFlagTest, DisaggParamsKeys) {
               HasSubstr("'bootstrap_port' must be a port number"));
 }
 
+TEST(WorkerFlagTest, ModelIsShortForModelName) {
+  auto r = ParseWorkerFlag("http://h:1,model=Qwen/Qwen3-0.6B");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model_name, "Qwen/Qwen3-0.6B");
+  EXPECT_THAT(ErrorOf(ParseWorkerFlag("http://h:1,model=a,model_name=b").status()),
+              HasSubstr("given twice"));
+  EXPECT_THAT(WorkerFlagHelp(), HasSubstr("model_name (or model)"));
+}
+
 TEST(WorkerFlagTest, Errors) {
   EXPECT_THAT(ErrorOf(ParseWorkerFlag("").status()), HasSubstr("expected URL"));
   EXPECT_THAT(ErrorOf(ParseWorkerFlag("h:1").status()), HasSubstr("http://"));

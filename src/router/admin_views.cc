@@ -198,6 +198,9 @@ std::string AdminViews::MetricsText() const {
     out += "infera_active_workers{" + MetricLabel("disagg_mode", core::RoleName(core::Role(m))) +
            "} " + std::to_string(by_mode[m]) + "\n";
   }
+  // Infera's Rust router's name for the total (rust/router/src/metrics.rs).
+  RenderHeader(out, "infera_router_active_workers", "gauge", "Workers known to discovery.");
+  out += "infera_router_active_workers " + std::to_string(fleet->size()) + "\n";
   RenderHeader(out, "infera_policy_active_blocks", "gauge",
                "Distinct in-flight prompt blocks per target.");
   for (const auto& w : *fleet) {

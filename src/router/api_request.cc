@@ -360,6 +360,7 @@ absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body,
     auto it = StringField(doc, key);
     if (it && req.session_id.empty()) req.session_id = std::string(*it);
   }
+  req.cache_retention = ParseCacheRetention(doc);
 
   switch (kind) {
     case ApiKind::kChat: {
@@ -418,6 +419,9 @@ absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body,
       } else {
         return Invalid("'prompt' must be a string or an array of token ids");
       }
+      // A top-level `images` list (architecture §8) counts here as on chat: the text's
+      // blocks cannot tell one image from another.
+      req.image_keys = CollectImageKeys(doc);
       break;
     }
   }

@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/types.h"
+#include "router/cache_control.h"
 #include "simdjson.h"
 
 namespace infera::router {
@@ -49,6 +50,9 @@ struct ApiRequest {
   // The body's session_id or prompt_cache_key (RequestPipeline falls back to the
   // X-Session-Id header); --session-affinity binds it to targets.
   std::string session_id;
+  // The client's cache-retention hints (cache_control.h): a factor on kv-aware
+  // picks' overlap weight.
+  CacheRetention cache_retention;
   // The body has a top-level data_parallel_rank or routed_dp_rank (null or a
   // non-negative integer, else the parse fails): the router's pick replaces it
   // (SGLang workers with several DP ranks) or drops it; LegRequest.

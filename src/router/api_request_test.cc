@@ -72,6 +72,21 @@ TEST(ApiRequestTest, CompletionsStringPromptIsKept) {
   EXPECT_FALSE(r->prompt_tokens.has_value());
 }
 
+TEST(ApiRequestTest, CompletionsTopLevelImagesAreKeyedAsOnChat) {
+  auto a = ParseApiRequest(ApiKind::kCompletions,
+                           R"({"model":"m","prompt":"describe","images":["http://x/a.png"]})");
+  auto b = ParseApiRequest(ApiKind::kCompletions,
+                           R"({"model":"m","prompt":[1,2,3],"images":["http://x/b.png"]})");
+  auto chat = ParseApiRequest(ApiKind::kChat,
+                              R"({"model":"m","messages":[{"role":"user","content":"describe"}],
+                                  "images":["http://x/a.png"]})");
+  ASSERT_TRUE(a.ok() && b.ok() && chat.ok());
+  ASSERT_EQ(a->image_keys.size(), 1u);
+  ASSERT_EQ(b->image_keys.size(), 1u);
+  EXPECT_NE(a->image_keys[0], b->image_keys[0]);
+  EXPECT_EQ(a->image_keys, chat->image_keys);
+}
+
 TEST(ApiRequestTest, AnthropicBodyIsParsedForTranslation) {
   auto r = ParseApiRequest(ApiKind::kMessages,
                            R"({"model":"m","max_tokens":8,"system":"be brief",

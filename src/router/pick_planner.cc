@@ -87,6 +87,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     input.estimated_tokens = ctx.api.estimated_tokens;
     input.image_keys = ctx.api.image_keys;
     input.overlap_untrusted = untrusted_;
+    input.overlap_weight_factor = RetentionWeightFactor(ctx.api.cache_retention);
     size_t block_size = 0;
     if (approx_) approx_->Expire(pick_start_ns);
     auto picked = index_.WithIndex([&](const core::KvIndex& index) {
@@ -128,6 +129,9 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
   const size_t role = static_cast<size_t>(pick.role) % 3;
   owner->picks[role][owner->RankIndex(pick.picked)]->fetch_add(1, std::memory_order_relaxed);
   metrics_.ObservePick(pick.role, pick.cache_hits, pick.request_blocks);
+  if (pick.policy == core::Policy::kKvAware) {
+    metrics_.cache_control().CountPick(ctx.api.cache_retention, !ctx.api.image_keys.empty());
+  }
   if (first) {
     const int64_t now_ns = clock_.NowNs();
     metrics_.ObserveStages(ctx.parse_s, ctx.tokenize_s, (now_ns - pick_start_ns) * 1e-9,
@@ -167,6 +171,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     input.estimated_tokens = ctx.api.estimated_tokens;
     input.image_keys = ctx.api.image_keys;
     input.overlap_untrusted = untrusted_;
+    input.overlap_weight_factor = RetentionWeightFactor(ctx.api.cache_retention);
     if (approx_) approx_->Expire(pick_start_ns);
     if (demand_mode_ != core::DemandMode::kOff) demand_.Begin(ctx);
     auto planned = index_.WithIndex(
@@ -224,6 +229,9 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     const size_t role = static_cast<size_t>(pick.role) % 3;
     owner->picks[role][owner->RankIndex(pick.picked)]->fetch_add(1, std::memory_order_relaxed);
     metrics_.ObservePick(pick.role, pick.cache_hits, pick.request_blocks);
+    if (pick.policy == core::Policy::kKvAware) {
+      metrics_.cache_control().CountPick(ctx.api.cache_retention, !ctx.api.image_keys.empty());
+    }
   };
   if (prefill_owner != nullptr) add_leg(prefill_owner, *pd.prefill);
   add_leg(main_owner, pd.main);

@@ -67,6 +67,8 @@ void RouterMetrics::RequestEnded(ApiKind kind, int status, Outcome outcome, doub
   inflight_.fetch_sub(1, std::memory_order_relaxed);
   requests_total_.Add(RequestLabels(kind, status));
   duration_by_outcome_[static_cast<size_t>(outcome) % kOutcomeCount]->Observe(seconds);
+  requests_by_outcome_[static_cast<size_t>(outcome) % kOutcomeCount].fetch_add(
+      1, std::memory_order_relaxed);
 }
 
 void RouterMetrics::ObserveStages(double parse_s, double tokenize_s, double hash_match_s,
@@ -81,6 +83,8 @@ void RouterMetrics::ObservePick(core::Role role, uint32_t cache_hits, uint32_t r
   const size_t r = static_cast<size_t>(role) % 3;
   pick_cache_hits_by_role_[r]->Observe(cache_hits);
   pick_request_blocks_by_role_[r]->Observe(request_blocks);
+  prefix_blocks_hit_[r].fetch_add(cache_hits, std::memory_order_relaxed);
+  prefix_blocks_[r].fetch_add(request_blocks, std::memory_order_relaxed);
 }
 
 std::atomic<uint64_t>* RouterMetrics::PickCounter(core::Role role, const std::string& target_name) {
@@ -109,6 +113,34 @@ void RouterMetrics::CountDemandDecision(core::DemandMode mode, bool estimated, b
   demand_decisions_[i]->fetch_add(1, std::memory_order_relaxed);
 }
 
+// Infera's Rust router names for series ours already count (rust/router/src/metrics.rs):
+// one dashboard scrapes either router. Label values are ours.
+void RouterMetrics::RenderInferaAliases(std::string& out) const {
+  RenderHeader(out, "infera_requests_total", "counter",
+               "Answered requests by router policy and outcome (Infera's name; the counts of "
+               "infera_request_duration_seconds).");
+  for (size_t i = 0; i < kOutcomeCount; ++i) {
+    out += "infera_requests_total{" + policy_label_ + "," +
+           MetricLabel("outcome", OutcomeName(static_cast<Outcome>(i))) + "} " +
+           std::to_string(requests_by_outcome_[i].load(std::memory_order_relaxed)) + "\n";
+  }
+  const std::pair<const char*, const std::array<std::atomic<uint64_t>, 3>*> prefix[] = {
+      {"infera_prefix_cache_blocks_hit_total", &prefix_blocks_hit_},
+      {"infera_prefix_cache_blocks_total", &prefix_blocks_}};
+  for (const auto& [name, counts] : prefix) {
+    RenderHeader(out, name, "counter",
+                 counts == &prefix_blocks_ ? "Prompt blocks of picked requests, by role (Infera's "
+                                             "name; the sum of infera_router_pick_request_blocks)."
+                                           : "Cache-hit blocks of the picked targets, by role "
+                                             "(Infera's name; the sum of "
+                                             "infera_router_pick_cache_hits).");
+    for (int r = 0; r < 3; ++r) {
+      out += std::string(name) + "{" + RoleLabel(core::Role(r)) + "} " +
+             std::to_string((*counts)[r].load(std::memory_order_relaxed)) + "\n";
+    }
+  }
+}
+
 void RouterMetrics::Render(std::string& out) const {
   requests_total_.Render(out);
   picks_total_.Render(out);
@@ -124,6 +156,8 @@ void RouterMetrics::Render(std::string& out) const {
   overhead_.Render(out);
   pd_.Render(out);
   sessions_.Render(out);
+  cache_control_.Render(out);
+  RenderInferaAliases(out);
   RenderHeader(out, "infera_request_inflight", "gauge", "Requests being served.");
   out += "infera_request_inflight{" + policy_label_ + "} " +
          std::to_string(inflight_.load(std::memory_order_relaxed)) + "\n";

@@ -16,6 +16,7 @@
 #include "core/decode_demand.h"
 #include "core/selector.h"
 #include "router/api_request.h"
+#include "router/cache_control.h"
 #include "router/metrics.h"
 #include "router/pd_metrics.h"
 #include "router/request_context.h"
@@ -68,6 +69,7 @@ class RouterMetrics {
 
   PdMetrics& pd() { return pd_; }
   SessionMetrics& sessions() { return sessions_; }
+  CacheControlMetrics& cache_control() { return cache_control_; }
 
   // The families above and infera_request_inflight, in exposition format.
   void Render(std::string& out) const;
@@ -77,6 +79,7 @@ class RouterMetrics {
   std::atomic<int64_t> inflight_{0};
   PdMetrics pd_;
   SessionMetrics sessions_;
+  CacheControlMetrics cache_control_;
   std::atomic<int64_t> tokenize_jobs_{0};
 
   CounterFamily requests_total_{"infera_router_requests_total",
@@ -124,6 +127,10 @@ class RouterMetrics {
   Histogram* stage_total_ = nullptr;
   std::array<Histogram*, 3> pick_cache_hits_by_role_{};
   std::array<Histogram*, 3> pick_request_blocks_by_role_{};
+  // Infera's names of series counted here too (RenderInferaAliases).
+  std::array<std::atomic<uint64_t>, kOutcomeCount> requests_by_outcome_{};
+  std::array<std::atomic<uint64_t>, 3> prefix_blocks_hit_{}, prefix_blocks_{};
+  void RenderInferaAliases(std::string& out) const;
   // [mode: shadow, on][input: exact, estimated][agrees: false, true]
   std::array<std::atomic<uint64_t>*, 8> demand_decisions_{};
 };

@@ -1,5 +1,6 @@
 #include "template/chat_template.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -45,44 +46,110 @@ bool IteratesContent(const std::string& source) {
   return std::regex_search(source, loop);
 }
 
-// A content list of text parts only ([{"type": "text", "text": ...}, ...]) as vLLM
-// renders it for a "string"-format template: the texts joined with a newline.
-// nullopt when the content is anything else.
-std::optional<jinja::Value> JoinedTextParts(const jinja::Value& content) {
+// The placeholder a "string"-format template sees for a multimodal part, by its
+// OpenAI / Anthropic type; nullptr for a type that is not a medium.
+const std::string* PlaceholderFor(const MultimodalPlaceholders& p, std::string_view type) {
+  if (type == "image_url" || type == "image") return &p.image;
+  if (type == "input_audio" || type == "audio" || type == "audio_url") return &p.audio;
+  if (type == "video_url" || type == "video") return &p.video;
+  return nullptr;
+}
+
+size_t CountOccurrences(std::string_view text, std::string_view needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string_view::npos;
+       at = text.find(needle, at + needle.size())) {
+    ++n;
+  }
+  return n;
+}
+
+// A content list as vLLM flattens it for a "string"-format template
+// (vllm/entrypoints/chat_utils.py, _get_full_multimodal_text_prompt): the text parts
+// joined with a newline; each image/audio/video part contributes its modality's
+// placeholder, and the placeholders the text does not already hold go first, one per
+// line, in order of first appearance. nullopt when the list holds anything else (it
+// then reaches the template as a list, as in vLLM).
+std::optional<jinja::Value> FlattenedContent(const jinja::Value& content,
+                                             const MultimodalPlaceholders& placeholders) {
   if (!content.IsList() || content.list().empty()) return std::nullopt;
-  std::string joined;
+  std::string text;
   bool first = true;
+  std::vector<std::pair<const std::string*, size_t>> media;  // placeholder, count
   for (const jinja::Value& part : content.list()) {
     if (!part.IsDict()) return std::nullopt;
     const jinja::Value* type = part.dict().Find("type");
-    const jinja::Value* text = part.dict().Find("text");
-    if (type == nullptr || !type->IsString() || type->str() != "text" || text == nullptr ||
-        !text->IsString()) {
-      return std::nullopt;
+    if (type == nullptr || !type->IsString()) return std::nullopt;
+    if (type->str() == "text") {
+      const jinja::Value* t = part.dict().Find("text");
+      if (t == nullptr || !t->IsString()) return std::nullopt;
+      if (!first) text += '\n';
+      first = false;
+      text += t->str();
+      continue;
     }
-    if (!first) joined += '\n';
-    first = false;
-    joined += text->str();
+    const std::string* placeholder = PlaceholderFor(placeholders, type->str());
+    if (placeholder == nullptr) return std::nullopt;
+    auto it = std::find_if(media.begin(), media.end(),
+                           [&](const auto& m) { return *m.first == *placeholder; });
+    if (it == media.end()) {
+      media.emplace_back(placeholder, 1);
+    } else {
+      ++it->second;
+    }
   }
-  return jinja::Value::String(std::move(joined));
+  std::string out;
+  for (const auto& [placeholder, count] : media) {
+    const size_t present = CountOccurrences(text, *placeholder);
+    for (size_t i = present; i < count; ++i) out += *placeholder + "\n";
+  }
+  out += text;
+  return jinja::Value::String(std::move(out));
 }
 
-// The messages with every text-parts content joined (a copy only when one changes).
-jinja::Value WithJoinedTextParts(const jinja::Value& messages) {
+// The messages with every flattenable content flattened (a copy only when one changes).
+jinja::Value WithFlattenedContent(const jinja::Value& messages,
+                                  const MultimodalPlaceholders& placeholders) {
   std::optional<jinja::ValueList> out;
   const jinja::ValueList& in = messages.list();
   for (size_t i = 0; i < in.size(); ++i) {
     if (!in[i].IsDict()) continue;
     const jinja::Value* content = in[i].dict().Find("content");
     if (content == nullptr) continue;
-    std::optional<jinja::Value> joined = JoinedTextParts(*content);
-    if (!joined) continue;
+    std::optional<jinja::Value> flat = FlattenedContent(*content, placeholders);
+    if (!flat) continue;
     if (!out) out = in;
     jinja::Dict message = in[i].dict();
-    message.Set("content", std::move(*joined));
+    message.Set("content", std::move(*flat));
     (*out)[i] = jinja::Value::FromDict(std::move(message));
   }
   return out ? jinja::Value::List(std::move(*out)) : messages;
+}
+
+// The placeholders of a tokenizer whose added tokens are Qwen-VL's (Qwen2-VL's
+// get_placeholder_str in vLLM); otherwise generic ones. Every Qwen 2.5 / 3 tokenizer
+// carries the vision tokens, text-only models included.
+MultimodalPlaceholders PlaceholdersOf(const nlohmann::ordered_json& config) {
+  MultimodalPlaceholders p;
+  auto added = config.find("added_tokens_decoder");
+  if (added == config.end() || !added->is_object()) return p;
+  std::vector<std::string> tokens;
+  for (const auto& [id, token] : added->items()) {
+    if (token.is_object() && token.contains("content") && token["content"].is_string()) {
+      tokens.push_back(token["content"].get<std::string>());
+    }
+  }
+  auto has = [&](const char* t) {
+    return std::find(tokens.begin(), tokens.end(), t) != tokens.end();
+  };
+  if (has("<|vision_start|>") && has("<|vision_end|>")) {
+    if (has("<|image_pad|>")) p.image = "<|vision_start|><|image_pad|><|vision_end|>";
+    if (has("<|video_pad|>")) p.video = "<|vision_start|><|video_pad|><|vision_end|>";
+  }
+  if (has("<|audio_bos|>") && has("<|AUDIO|>") && has("<|audio_eos|>")) {
+    p.audio = "<|audio_bos|><|AUDIO|><|audio_eos|>";
+  }
+  return p;
 }
 
 }  // namespace
@@ -112,6 +179,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromConfig(std::string_view config_js
     return absl::InvalidArgumentError("tokenizer_config.json is not a JSON object");
   }
   ChatTemplate chat;
+  chat.placeholders_ = PlaceholdersOf(config);
   for (auto it = config.begin(); it != config.end(); ++it) {
     const std::string& key = it.key();
     if (key.size() < 6 || key.compare(key.size() - 6, 6, "_token") != 0) continue;
@@ -283,7 +351,8 @@ absl::StatusOr<std::string> ChatTemplate::RenderBody(const jinja::Value& body,
     return absl::InvalidArgumentError("no chat template for a request without tools");
   }
   jinja::Dict context = special_tokens_;
-  context.Set("messages", openai_format ? *messages : WithJoinedTextParts(*messages));
+  context.Set("messages",
+              openai_format ? *messages : WithFlattenedContent(*messages, placeholders_));
   context.Set("tools", has_tools ? *tools : jinja::Value::None());
   const jinja::Value* documents = b.Find("documents");
   context.Set("documents", documents != nullptr ? *documents : jinja::Value::None());

@@ -36,6 +36,14 @@
 
 namespace infera::chat {
 
+// What a "string"-format template (one that does not loop over a message's content)
+// sees for each multimodal content part (doc/chat-template.md "Multimodal parts").
+struct MultimodalPlaceholders {
+  std::string image = "<image>";
+  std::string audio = "<audio>";
+  std::string video = "<video>";
+};
+
 class ChatTemplate {
  public:
   // dir holds tokenizer_config.json (and optionally chat_template.jinja).
@@ -61,6 +69,7 @@ class ChatTemplate {
                                          std::optional<std::tm> now = std::nullopt) const;
 
   const jinja::Dict& special_tokens() const { return special_tokens_; }
+  const MultimodalPlaceholders& placeholders() const { return placeholders_; }
 
  private:
   ChatTemplate() = default;
@@ -75,6 +84,7 @@ class ChatTemplate {
   bool default_openai_format_ = false;
   bool tool_use_openai_format_ = false;
   jinja::Dict special_tokens_;
+  MultimodalPlaceholders placeholders_;
 };
 
 // Parses "YYYY-MM-DD", "YYYY-MM-DDTHH:MM[:SS[.fff]]" with an optional "Z" or "±HH:MM"

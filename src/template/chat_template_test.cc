@@ -45,10 +45,11 @@ TEST(ChatTemplateTest, TextPartsAreJoinedForStringFormatTemplates) {
       R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                      {"type": "text", "text": "b"}]},
                        {"role": "assistant", "content": "c"},
-                       {"role": "user", "content": [{"type": "image_url", "image_url":
-                                                     {"url": "http://x/i.png"}}]}]})");
+                       {"role": "user", "content": [{"type": "document", "source":
+                                                     {"url": "http://x/d.pdf"}}]}]})");
   ASSERT_TRUE(out.ok()) << out.status();
-  // Text parts joined with a newline; a list with other parts is passed unchanged.
+  // Text parts joined with a newline; a list with a part that is neither text nor a
+  // medium is passed unchanged.
   EXPECT_EQ(*out, "[a\nb][c](not a string)");
   // A template that loops over the content (vLLM's "openai" format) gets the list.
   ChatTemplate openai_format =
@@ -60,6 +61,42 @@ TEST(ChatTemplateTest, TextPartsAreJoinedForStringFormatTemplates) {
                                                      {"type": "text", "text": "b"}]}]})");
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(*out, "<a><b>");
+}
+
+TEST(ChatTemplateTest, MultimodalPartsBecomePlaceholdersAsVllmFlattensThem) {
+  const char* kTemplate =
+      "{% for m in messages %}{% if m.content is string %}[{{ m.content }}]{% else %}"
+      "(not a string){% endif %}{% endfor %}";
+  ChatTemplate generic = MustLoad({{"chat_template", kTemplate}});
+  // Missing placeholders go first, one a line, by order of first appearance; the texts
+  // follow, joined with a newline; a placeholder the text already holds is not added.
+  absl::StatusOr<std::string> out = generic.RenderJson(
+      R"({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "compare"},
+            {"type": "image_url", "image_url": {"url": "http://x/1.png"}},
+            {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+            {"type": "image", "source": {"type": "url", "url": "http://x/2.png"}},
+            {"type": "text", "text": "and <audio> here"}]},
+          {"role": "user", "content": [{"type": "video_url", "video_url": {"url": "v"}}]}]})");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "[<image>\n<image>\ncompare\nand <audio> here][<video>\n]");
+
+  // A tokenizer with Qwen-VL's added tokens gets Qwen-VL's placeholders.
+  nlohmann::ordered_json qwen = {
+      {"chat_template", kTemplate},
+      {"added_tokens_decoder",
+       {{"151652", {{"content", "<|vision_start|>"}}},
+        {"151653", {{"content", "<|vision_end|>"}}},
+        {"151655", {{"content", "<|image_pad|>"}}},
+        {"151656", {{"content", "<|video_pad|>"}}}}}};
+  ChatTemplate qwen_vl = MustLoad(qwen);
+  EXPECT_EQ(qwen_vl.placeholders().image, "<|vision_start|><|image_pad|><|vision_end|>");
+  EXPECT_EQ(qwen_vl.placeholders().audio, "<audio>");
+  out = qwen_vl.RenderJson(R"({"messages": [{"role": "user", "content": [
+      {"type": "image_url", "image_url": {"url": "http://x/1.png"}},
+      {"type": "text", "text": "what is it?"}]}]})");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "[<|vision_start|><|image_pad|><|vision_end|>\nwhat is it?]");
 }
 
 TEST(ChatTemplateTest, KeepsRequestKeyOrderForTojson) {

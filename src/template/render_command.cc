@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "template/chat_template.h"
+#include "tokenizer/model_path.h"
 #include "tokenizer/tokenizer.h"
 
 namespace infera::chat {
@@ -22,7 +23,8 @@ int RunRenderCommand(int argc, char** argv) {
   bool tokens = false;
   std::string now_text;
   app.add_option("--router-tokenizer-path", tokenizer_path,
-                 "directory with tokenizer_config.json (and tokenizer.json)")
+                 "directory with tokenizer_config.json (and tokenizer.json), or a Hugging Face "
+                 "model id in the hub cache")
       ->required();
   app.add_flag("--tokens", tokens, "print the JSON array of token ids instead of the text");
   app.add_option("--now", now_text, "the time strftime_now sees (ISO-8601)");
@@ -41,6 +43,13 @@ int RunRenderCommand(int argc, char** argv) {
     }
     now = *parsed;
   }
+  absl::StatusOr<tokenizer::ResolvedModelPath> resolved =
+      tokenizer::ResolveModelPath(tokenizer_path);
+  if (!resolved.ok()) {
+    std::cerr << "render: " << resolved.status().message() << "\n";
+    return 2;
+  }
+  tokenizer_path = resolved->path;
   absl::StatusOr<ChatTemplate> chat = ChatTemplate::Load(tokenizer_path);
   if (!chat.ok()) {
     std::cerr << "render: " << chat.status().message() << "\n";

@@ -174,9 +174,9 @@ class Processes:
         self.stop_all()
         return False
 
-    def start(self, name, argv, nofile=None):
+    def start(self, name, argv, nofile=None, env=None):
         """Starts argv with its output in `<dir>/<name>.log`. nofile=(soft, hard) sets
-        the child's RLIMIT_NOFILE."""
+        the child's RLIMIT_NOFILE; env (a dict) replaces the environment."""
         def preexec():
             if nofile:
                 resource.setrlimit(resource.RLIMIT_NOFILE, nofile)
@@ -184,14 +184,14 @@ class Processes:
         log = os.path.join(self.dir, f"{name}.log")
         with open(log, "w") as out:
             p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, preexec_fn=preexec)
+                                 stdin=subprocess.DEVNULL, preexec_fn=preexec, env=env)
         proc = Proc(p, name, log)
         self.procs.append(proc)
         return proc
 
-    def run(self, name, argv, timeout):
+    def run(self, name, argv, timeout, env=None):
         """Runs argv to completion (bounded); returns (returncode, output)."""
-        proc = self.start(name, argv)
+        proc = self.start(name, argv, env=env)
         try:
             proc.p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
