@@ -196,8 +196,8 @@ http::Awaitable<void> PdDispatcher::DispatchPd(RequestContext& ctx, http::Respon
     failure = {404, "the model '" + ctx.api.model + "' does not exist"};
     code = "model_not_found";
   } else if (history.plans == 0) {
-    failure = {503,
-               "no worker available for model '" + ctx.api.model + "' (all circuit breakers open)"};
+    failure = {503, "no worker available for model '" + ctx.api.model +
+                        "' (all circuit breakers open or health checks failing)"};
   }
   ctx.End(failure.status == 404   ? Outcome::kClientError
           : failure.status == 502 ? Outcome::kUpstreamError
