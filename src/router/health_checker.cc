@@ -84,14 +84,15 @@ http::Awaitable<void> HealthChecker::Probe(const FleetWorker& worker) {
     absl::Status failed;
     if (!sent.ok()) {
       failed = sent.status();
-    } else if ((*sent)->status() >= 500) {
-      outcome = "status_5xx";
-      error = "answered " + std::to_string((*sent)->status());
-      (*sent)->Cancel();
     } else {
       // Read to the end: the keep-alive connection goes back to the pool.
       auto body = co_await (*sent)->ReadAll(kMaxAnswerBytes);
-      if (!body.ok()) failed = body.status();
+      if (!body.ok()) {
+        failed = body.status();
+      } else if ((*sent)->status() >= 500) {
+        outcome = "status_5xx";
+        error = "answered " + std::to_string((*sent)->status());
+      }
     }
     if (!failed.ok()) {
       switch (failed.code()) {

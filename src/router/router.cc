@@ -111,7 +111,8 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
       *metrics_, options_.first_byte_timeout_ms);
   dispatcher_ = std::make_unique<PdDispatcher>(
       options_.max_attempts, options_.request_timeout_ms, options_.pd, *workers_, *planner_,
-      *upstream_, *mixed_dispatcher_, *clock_, *metrics_, SaltFrom(env.seed) ^ 0x5044);
+      *upstream_, *mixed_dispatcher_, *clock_, *metrics_, SaltFrom(env.seed) ^ 0x5044,
+      options_.first_byte_timeout_ms);
   pipeline_ = std::make_unique<RequestPipeline>(options_.request_timeout_ms, *encoder_,
                                                 *dispatcher_, *clock_, *metrics_);
   readiness_ =
