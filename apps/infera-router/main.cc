@@ -194,8 +194,8 @@ int main(int argc, char** argv) {
                  "Replica sync: a peer silent this long stops counting (its load expires)")
       ->capture_default_str();
   app.add_option("--ready-after-replay", opt.ready_after_replay,
-                 "/health answers 503 \"starting\" until the KV views are rebuilt at start "
-                 "(engines' replay sockets, or the JetStream stream)")
+                 "/ready answers 503 \"starting\" until the KV views are first rebuilt at start "
+                 "(engines' replay sockets, or the JetStream stream); /health never waits")
       ->capture_default_str();
   app.add_option("--kv-events-topic", opt.kv_events_topic,
                  "ZMQ subscription topic prefix (empty: all)");
@@ -213,11 +213,68 @@ int main(int argc, char** argv) {
                  "Workers tried per request before the first byte (failover)")
       ->capture_default_str();
   app.add_option("--breaker-failures", opt.breaker_failures,
-                 "Consecutive failures that open a worker's circuit breaker")
+                 "Consecutive failures that open a worker's circuit breaker (0: no breaker)")
       ->capture_default_str();
   app.add_option("--breaker-cooldown-ms", opt.breaker_cooldown_ms,
                  "Open-breaker time before a half-open probe")
       ->capture_default_str();
+  // Health and readiness, the first-byte timeout, the breaker's backoff, and Infera's
+  // names of the breaker and retry flags (doc/router.md "Health and readiness",
+  // "Active health checks", "First-byte timeout", "Circuit breaker").
+  app.add_option("--health-check-interval-ms", opt.health_check.interval_ms,
+                 "Probe every worker's health endpoint this often (0: no health checks)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
+  app.add_option("--health-check-timeout-ms", opt.health_check.timeout_ms,
+                 "A probe with no answer this long fails")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{86'400'000}));
+  app.add_option("--health-check-failures", opt.health_check.thresholds.unhealthy_after,
+                 "Failed probes in a row that take a worker out of picks (and fail over the "
+                 "requests waiting on it for a first byte)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000u));
+  app.add_option("--health-check-successes", opt.health_check.thresholds.healthy_after,
+                 "Passed probes in a row that bring it back")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000u));
+  app.add_option("--health-check-path", opt.health_check.path,
+                 "The workers' health endpoint (an answer below 500 passes)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& path) {
+            return path.starts_with("/") ? std::string() : std::string("must start with /");
+          },
+          "PATH"));
+  app.add_option("--first-byte-timeout-ms", opt.first_byte_timeout_ms,
+                 "A streaming request whose worker sent no answer head this long after the "
+                 "request fails over to another worker, counted as a breaker failure (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
+  app.add_option("--breaker-max-cooldown-ms", opt.breaker_max_cooldown_ms,
+                 "Each failed half-open probe doubles the breaker's cooldown up to this")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
+  auto seconds_to_ms = [](int64_t& ms) { return [&ms](double s) { ms = std::llround(s * 1000); }; };
+  app.add_option("--breaker-failure-threshold", opt.breaker_failures,
+                 "Infera's name for --breaker-failures (0: no breaker)")
+      ->check(CLI::Range(0u, 1'000'000u))
+      ->excludes(app.get_option("--breaker-failures"));
+  app.add_option_function<double>("--breaker-cooldown-s", seconds_to_ms(opt.breaker_cooldown_ms),
+                                  "Infera's --breaker-cooldown-ms in seconds")
+      ->check(CLI::Range(0.0, 86'400.0))
+      ->excludes(app.get_option("--breaker-cooldown-ms"));
+  app.add_option_function<double>("--breaker-max-cooldown-s",
+                                  seconds_to_ms(opt.breaker_max_cooldown_ms),
+                                  "Infera's --breaker-max-cooldown-ms in seconds")
+      ->check(CLI::Range(0.0, 86'400.0))
+      ->excludes(app.get_option("--breaker-max-cooldown-ms"));
+  app.add_option_function<int>(
+         "--request-max-retries", [&opt](int retries) { opt.max_attempts = retries + 1; },
+         "Infera's retry count: other workers tried after the first before its first byte "
+         "(--max-attempts = N + 1; 0: no failover)")
+      ->check(CLI::Range(0, 1000))
+      ->excludes(app.get_option("--max-attempts"));
   app.add_option("--max-body-bytes", max_body, "Request body limit (413 above)")
       ->capture_default_str();
   app.add_option("--max-header-bytes", max_header, "Request header limit (431 above)")

@@ -10,15 +10,20 @@ namespace infera::router {
 
 using nlohmann::json;
 
-int AdminViews::HealthStatus() const {
-  return ready_after_replay_ && events_.Replaying() ? 503 : 200;
+std::string AdminViews::HealthJson() const {
+  // Infera's /health (infera/server/app.py): the process serves; how many workers a
+  // request could go to. It evaluates the readiness latch too (Readiness::Check).
+  return json({{"status", "ok"}, {"active_workers", readiness_.Check().routable_workers}}).dump();
 }
 
-std::string AdminViews::HealthJson() const {
-  const bool starting = ready_after_replay_ && events_.Replaying();
-  return json({{"status", starting ? "starting" : "ok"},
-               {"active_workers", workers_.Snapshot()->size()}})
-      .dump();
+std::pair<int, std::string> AdminViews::Ready() const {
+  const Readiness::State s = readiness_.Check();
+  const char* status = s.ready ? "ready" : !s.replay_done ? "starting" : "no_routable_workers";
+  return {s.ready ? 200 : 503, json({{"status", status},
+                                     {"routable_workers", s.routable_workers},
+                                     {"workers", s.workers},
+                                     {"startup_replay_done", s.replay_done}})
+                                   .dump()};
 }
 
 std::string AdminViews::ModelsJson() const {
@@ -43,6 +48,13 @@ std::string AdminViews::WorkersJson() const {
   for (const auto& w : *fleet) {
     json j = discovery::WorkerRecordToJson(w->record);
     j["breaker_state"] = kBreaker[static_cast<int>(w->health.state())];
+    const WorkerLiveness::Snapshot checks = w->liveness.snapshot();
+    j["health"] = checks.healthy ? "healthy" : "unhealthy";
+    j["health_check"] = {{"checks", checks.checks},
+                         {"consecutive_failures", checks.consecutive_failures},
+                         {"consecutive_successes", checks.consecutive_successes},
+                         {"last_error", checks.last_error}};
+    j["routable"] = w->Routable(clock_.NowNs());
     j["render_parity"] = RenderParityName(w->render_parity.load(std::memory_order_relaxed));
     json ranks = json::array();
     const std::vector<size_t> active = planner_.ActiveBlocks(*w);
@@ -252,6 +264,26 @@ std::string AdminViews::MetricsText() const {
     out += "infera_router_worker_breaker_state{" + MetricLabel("worker_id", w->record.worker_id) +
            "} " + std::to_string(static_cast<int>(w->health.state())) + "\n";
   }
+  RenderHeader(out, "infera_router_worker_healthy", "gauge",
+               "1 while the worker passes its active health checks, 0 while it is out of "
+               "picks for failing them.");
+  for (const auto& w : *fleet) {
+    out += "infera_router_worker_healthy{" + MetricLabel("worker_id", w->record.worker_id) + "} " +
+           (w->liveness.healthy() ? "1" : "0") + "\n";
+  }
+  RenderHeader(out, "infera_router_worker_breaker_trips_total", "counter",
+               "Times the worker's circuit breaker opened.");
+  for (const auto& w : *fleet) {
+    out += "infera_router_worker_breaker_trips_total{" +
+           MetricLabel("worker_id", w->record.worker_id) + "} " +
+           std::to_string(w->health.trips()) + "\n";
+  }
+  const Readiness::State ready = readiness_.Check();
+  RenderHeader(out, "infera_router_routable_workers", "gauge",
+               "Workers a request could go to now (known, healthy, breaker admitting).");
+  out += "infera_router_routable_workers " + std::to_string(ready.routable_workers) + "\n";
+  RenderHeader(out, "infera_router_ready", "gauge", "1 while /ready answers 200.");
+  out += std::string("infera_router_ready ") + (ready.ready ? "1" : "0") + "\n";
   RenderHeader(out, "infera_router_render_parity", "gauge",
                "1 while the worker counts as rendering like the router (exact, unsupported or "
                "not checked), 0 while its render parity diverged.");

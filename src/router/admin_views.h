@@ -1,10 +1,14 @@
 // AdminViews: the router's read-only JSON and metrics pages (doc/router.md "Endpoints").
 //
-//   /health                         {"status":"ok","active_workers":N}; 503 with
-//                                   "starting" while the KV views are rebuilt
-//                                   (ready_after_replay, doc/nats-transport.md)
+//   /health                         liveness, Infera's shape: always 200
+//                                   {"status":"ok","active_workers":N}, N = routable
+//                                   workers (FleetWorker::Routable)
+//   /ready                          readiness (Readiness): 200 {"status":"ready",...}
+//                                   once the router can route, else 503 "starting"
+//                                   (start-up replay) or "no_routable_workers"
 //   /v1/models                      the models the fleet serves
-//   /v1/workers                     records + breaker state + render_parity + active blocks,
+//   /v1/workers                     records + breaker state + health checks + routable
+//                                   + render_parity + active blocks,
 //                                   other replicas' load and prediction error per rank
 //                                   (prediction_drifting)
 //   /v1/admin/cache-view/{id}       {"worker_id","dp_rank","target","block_count"}
@@ -19,10 +23,12 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "events/kv_event_source.h"
 #include "events/shared_kv_index.h"
 #include "router/pick_planner.h"
+#include "router/readiness.h"
 #include "router/replica_sync.h"
 #include "router/router_metrics.h"
 #include "router/worker_set.h"
@@ -34,21 +40,25 @@ class AdminViews {
   // REQUIRES: every reference outlives the views.
   AdminViews(const WorkerSet& workers, const PickPlanner& planner,
              const events::SharedKvIndex& index, const events::KvEventSource& events,
-             const RouterMetrics& metrics, bool ready_after_replay = false)
+             const RouterMetrics& metrics, const Readiness& readiness, const core::Clock& clock)
       : workers_(workers),
         planner_(planner),
         index_(index),
         events_(events),
         metrics_(metrics),
-        ready_after_replay_(ready_after_replay) {}
+        readiness_(readiness),
+        clock_(clock) {}
 
   // --router-replica-sync: its metrics and the remote load gauges. REQUIRES: outlives
   // the views; set before serving.
   void set_replica_sync(const ReplicaSync* sync) { replica_ = sync; }
 
-  // 503 while starting (the KV-event source replays), else 200.
-  int HealthStatus() const;
+  // Liveness: always 200 while the process serves.
+  int HealthStatus() const { return 200; }
   std::string HealthJson() const;
+  // Readiness: {status, json body}; 200 "ready", else 503 "starting" or
+  // "no_routable_workers" (Readiness::Check).
+  std::pair<int, std::string> Ready() const;
   std::string ModelsJson() const;
   std::string WorkersJson() const;
   // nullopt: no such target. `dp_rank` nullopt: the worker's first rank.
@@ -71,7 +81,8 @@ class AdminViews {
   const events::SharedKvIndex& index_;
   const events::KvEventSource& events_;
   const RouterMetrics& metrics_;
-  const bool ready_after_replay_;
+  const Readiness& readiness_;
+  const core::Clock& clock_;
   const ReplicaSync* replica_ = nullptr;
 };
 

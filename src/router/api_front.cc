@@ -13,7 +13,8 @@ constexpr std::string_view kCacheViewPrefix = "/v1/admin/cache-view/";
 
 bool KnownPath(std::string_view path) {
   return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/messages" ||
-         path == "/health" || path == "/v1/models" || path == "/v1/workers" || path == "/metrics";
+         path == "/health" || path == "/ready" || path == "/v1/models" || path == "/v1/workers" ||
+         path == "/metrics";
 }
 
 }  // namespace
@@ -53,6 +54,9 @@ http::Awaitable<void> ApiFront::Handle(http::Request& req, http::ResponseWriter&
     co_await pipeline_.Serve(ApiKind::kMessages, req, w, std::move(request_id));
   } else if (get && path == "/health") {
     co_await SendJson(w, views_.HealthStatus(), views_.HealthJson(), request_id);
+  } else if (get && path == "/ready") {
+    auto [status, body] = views_.Ready();
+    co_await SendJson(w, status, body, request_id);
   } else if (get && path == "/v1/models") {
     co_await SendJson(w, 200, views_.ModelsJson(), request_id);
   } else if (get && path == "/v1/workers") {

@@ -1,7 +1,7 @@
 // ApiFront: the router's route table (doc/router.md "Endpoints").
 //
 //   POST /v1/chat/completions, /v1/completions, /v1/messages -> RequestPipeline
-//   GET|HEAD /health, /v1/models, /v1/workers, /metrics,
+//   GET|HEAD /health, /ready, /v1/models, /v1/workers, /metrics,
 //            /v1/admin/cache-view/{worker_id}?dp_rank=R       -> AdminViews
 //   a known path with another method -> 405; anything else -> 404
 // Every answer carries X-Infera-Request-Id: the client's (at most 128 bytes) or a

@@ -27,7 +27,7 @@ std::shared_ptr<const FleetWorker> Worker(uint32_t dp_rank, uint32_t dp_size,
   r.engine = engine;
   r.dp_rank = dp_rank;
   r.dp_size = dp_size;
-  auto w = std::make_shared<FleetWorker>(r, *http::ParseHttpUrl(r.url), 5, 10'000);
+  auto w = std::make_shared<FleetWorker>(r, *http::ParseHttpUrl(r.url));
   for (uint32_t i = 0; i < dp_size; ++i) w->targets.push_back(7 + i);
   return w;
 }

@@ -76,6 +76,17 @@ void FakeUpstream::Push(const std::string& host_port, Script script) {
   scripts_[host_port].push_back(std::move(script));
 }
 
+void FakeUpstream::PushHealth(const std::string& host_port, Script script) {
+  absl::MutexLock lock(&mu_);
+  health_scripts_[host_port].push_back(std::move(script));
+}
+
+int FakeUpstream::health_probes(const std::string& host_port) const {
+  absl::MutexLock lock(&mu_);
+  auto it = health_probes_.find(host_port);
+  return it == health_probes_.end() ? 0 : it->second;
+}
+
 void FakeUpstream::Release() { Wake(/*release=*/true, /*expire=*/false); }
 void FakeUpstream::Expire() { Wake(/*release=*/false, /*expire=*/true); }
 
@@ -153,8 +164,15 @@ http::Awaitable<absl::StatusOr<std::unique_ptr<UpstreamResponse>>> FakeUpstream:
     absl::MutexLock lock(&mu_);
     const std::string host_port =
         request.endpoint.host + ":" + std::to_string(request.endpoint.port);
-    sent_.push_back({host_port, request.path, request.headers, request.body, request.deadline_ns});
-    std::deque<Script>& queue = scripts_[host_port];
+    const bool health = request.method == "GET" && request.path == "/health";
+    if (health) {
+      ++health_probes_[host_port];
+      script.pieces = {R"({"status":"ok"})"};
+    } else {
+      sent_.push_back(
+          {host_port, request.path, request.headers, request.body, request.deadline_ns});
+    }
+    std::deque<Script>& queue = health ? health_scripts_[host_port] : scripts_[host_port];
     if (!queue.empty()) {
       script = queue.front();
       if (queue.size() > 1) queue.pop_front();

@@ -4,7 +4,9 @@
 // repeating. A script either fails the Send, or answers a status and body pieces,
 // then ends, fails, or holds until the test releases it or the request is cancelled
 // (the client went away) or its deadline passed on the test's clock (Expire()).
-// Every request it got is recorded.
+// Every request it got is recorded, except the active health checks' `GET /health`,
+// which are counted apart and answered from their own queue (PushHealth; empty:
+// 200 {"status":"ok"}), so the scripts of the requests are theirs alone.
 //
 // Thread-safety: the test thread scripts and inspects; the router's loops send.
 #pragma once
@@ -53,6 +55,9 @@ class FakeUpstream final : public Upstream {
   explicit FakeUpstream(const core::Clock& clock) : clock_(clock) {}
 
   void Push(const std::string& host_port, Script script);
+  // Health-check answers of a worker, the last one repeating.
+  void PushHealth(const std::string& host_port, Script script);
+  int health_probes(const std::string& host_port) const;
   // Lets every held exchange go on (it then ends, or fails with read_error).
   void Release();
   // Held exchanges whose deadline has passed on the clock fail with DeadlineExceeded.
@@ -86,6 +91,8 @@ class FakeUpstream final : public Upstream {
   const core::Clock& clock_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::deque<Script>> scripts_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::deque<Script>> health_scripts_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> health_probes_ ABSL_GUARDED_BY(mu_);
   std::vector<SentRequest> sent_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
   int cancelled_ ABSL_GUARDED_BY(mu_) = 0;

@@ -3,9 +3,9 @@
 // WorkerSet builds a new Fleet on every discovery change and publishes it atomically;
 // a request takes one snapshot and plans from it without holding a lock. A
 // FleetWorker never changes after it is published, except its breaker (WorkerHealth,
-// own lock) and `retired`, set under the pick mutex when discovery removes the worker
-// (the planner skips retired workers, so a stale snapshot never picks a target whose
-// index id was freed).
+// own lock), its health-check verdict (WorkerLiveness, own lock) and `retired`, set
+// under the pick mutex when discovery removes the worker (the planner skips retired
+// workers, so a stale snapshot never picks a target whose index id was freed).
 //
 // Thread-safety: immutable; shared between threads through shared_ptr<const Fleet>.
 #pragma once
@@ -21,6 +21,7 @@
 #include "http/url.h"
 #include "router/render_parity.h"
 #include "router/worker_health.h"
+#include "router/worker_liveness.h"
 
 namespace infera::router {
 
@@ -30,7 +31,9 @@ struct FleetWorker {
   std::vector<core::TargetId> targets;  // one per DP rank, in rank order
   // infera_router_picks_total per role and rank (`role="...",worker_id="..."`).
   std::vector<std::atomic<uint64_t>*> picks[3];
-  mutable WorkerHealth health;
+  mutable WorkerHealth health;  // the circuit breaker (request outcomes)
+  // The active health checks' verdict (HealthChecker) and the attempts waiting on it.
+  mutable WorkerLiveness liveness;
   // Set (under the pick mutex) when discovery removed the worker.
   mutable std::atomic<bool> retired{false};
   // Render parity (doc/render-parity.md), written by RenderParityProber: the last
@@ -40,11 +43,16 @@ struct FleetWorker {
   mutable std::atomic<RenderParity> render_parity{RenderParity::kUnknown};
   mutable std::atomic<bool> renders_differently{false};
 
-  FleetWorker(discovery::WorkerRecord r, http::Endpoint ep, uint32_t breaker_failures,
-              int64_t breaker_cooldown_ms, int64_t breaker_probe_lease_ms = 0)
-      : record(std::move(r)),
-        endpoint(std::move(ep)),
-        health(breaker_failures, breaker_cooldown_ms, breaker_probe_lease_ms) {}
+  FleetWorker(discovery::WorkerRecord r, http::Endpoint ep, const BreakerOptions& breaker = {},
+              const HealthCheckThresholds& checks = {})
+      : record(std::move(r)), endpoint(std::move(ep)), health(breaker), liveness(checks) {}
+
+  // Whether a pick may choose the worker now: known to discovery, passing its health
+  // checks, and its breaker admits a request (/health's active_workers, /ready).
+  bool Routable(int64_t now_ns) const {
+    return !retired.load(std::memory_order_relaxed) && liveness.healthy() &&
+           health.WouldAllow(now_ns);
+  }
 
   // Position of `target` in `targets` (targets.size() when absent).
   size_t RankIndex(core::TargetId target) const {

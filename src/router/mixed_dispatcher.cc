@@ -1,16 +1,21 @@
 #include "router/mixed_dispatcher.h"
 
 #include "router/api_errors.h"
+#include "router/attempt_watch.h"
 #include "router/leg_request.h"
 #include "router/relay.h"
 #include "spdlog/spdlog.h"
 
 namespace infera::router {
 
+namespace asio = http::asio;
+
 MixedDispatcher::MixedDispatcher(int max_attempts, int64_t request_timeout_ms,
                                  const WorkerSet& workers, PickPlanner& planner, Upstream& upstream,
-                                 const core::Clock& clock, RouterMetrics& metrics)
+                                 const core::Clock& clock, RouterMetrics& metrics,
+                                 int64_t first_byte_timeout_ms)
     : max_attempts_(max_attempts),
+      first_byte_timeout_ms_(first_byte_timeout_ms),
       workers_(workers),
       planner_(planner),
       upstream_(upstream),
@@ -38,7 +43,22 @@ http::Awaitable<void> MixedDispatcher::Dispatch(RequestContext& ctx, http::Respo
     const std::string& worker_id = worker.record.worker_id;
     if (attempt > 0) metrics_.CountFailover(worker_id);
 
-    auto sent = co_await upstream_.Send(LegRequest(ctx, leg));
+    // Lives until the answer is relayed: the client's disconnect reaches the attempt
+    // through it.
+    AttemptWatch watch(co_await asio::this_coro::executor, worker, ctx.cancel,
+                       ctx.api.stream ? first_byte_timeout_ms_ : 0);
+    UpstreamRequest request = LegRequest(ctx, leg);
+    request.cancel = watch.cancel();
+    auto sent = co_await upstream_.Send(std::move(request));
+    if (const AttemptWatch::Fired fired = watch.Disarm();
+        fired != AttemptWatch::Fired::kNone && !w.client_gone()) {
+      if (sent.ok()) (*sent)->Cancel();  // the head won the race: too late all the same
+      SendFailures::Judged failed = failures_.JudgeWatch(worker, fired, first_byte_timeout_ms_);
+      last_status = failed.http_status;
+      last_message = std::move(failed.message);
+      spdlog::warn("request {}: {}", ctx.request_id, last_message);
+      continue;  // failover: nothing reached the client yet
+    }
     if (!sent.ok()) {
       SendFailures::Judged failed =
           failures_.Judge(worker, sent.status(), w.client_gone(), ctx.request_id);
@@ -88,8 +108,8 @@ http::Awaitable<void> MixedDispatcher::Dispatch(RequestContext& ctx, http::Respo
     last_code = "model_not_found";
   } else if (history.tried.empty()) {
     last_status = 503;
-    last_message =
-        "no worker available for model '" + ctx.api.model + "' (all circuit breakers open)";
+    last_message = "no worker available for model '" + ctx.api.model +
+                   "' (all circuit breakers open or health checks failing)";
   }
   ctx.End(last_status == 404   ? Outcome::kClientError
           : last_status == 502 ? Outcome::kUpstreamError

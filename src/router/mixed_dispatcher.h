@@ -5,6 +5,9 @@
 //   failover to the next attempt (nothing reached the client yet);
 //   deadline: 504, no failover (the worker may still be working);
 //   client gone: the breaker probe is freed without judging the worker, 499;
+//   no answer head within first_byte_timeout_ms (streaming requests), or the worker
+//   failed its health checks while the attempt waited for its head (AttemptWatch):
+//   failover (send_failure.h JudgeWatch);
 //   otherwise: breaker success, Relay answers the client.
 // The router's own descriptors or buffers running out is no failure of the worker:
 // 503 at once, no failover (SendFailures, send_failure.h, judges every failed send).
@@ -33,12 +36,13 @@ class MixedDispatcher final : public Dispatcher {
   // REQUIRES: every reference outlives the dispatcher; max_attempts >= 1.
   MixedDispatcher(int max_attempts, int64_t request_timeout_ms, const WorkerSet& workers,
                   PickPlanner& planner, Upstream& upstream, const core::Clock& clock,
-                  RouterMetrics& metrics);
+                  RouterMetrics& metrics, int64_t first_byte_timeout_ms = 0);
 
   http::Awaitable<void> Dispatch(RequestContext& ctx, http::ResponseWriter& w) override;
 
  private:
   const int max_attempts_;
+  const int64_t first_byte_timeout_ms_;  // --first-byte-timeout-ms (0: off)
   const WorkerSet& workers_;
   PickPlanner& planner_;
   Upstream& upstream_;

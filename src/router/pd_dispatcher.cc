@@ -6,6 +6,7 @@
 #include "core/pd_planner.h"
 #include "http/client.h"
 #include "router/api_errors.h"
+#include "router/attempt_watch.h"
 #include "router/leg_request.h"
 #include "router/pd_protocol.h"
 #include "router/relay.h"
@@ -119,7 +120,7 @@ struct PdDispatcher::PrefillResult {
 PdDispatcher::PdDispatcher(int max_attempts, int64_t request_timeout_ms, PdOptions options,
                            const WorkerSet& workers, PickPlanner& planner, Upstream& upstream,
                            Dispatcher& mixed, const core::Clock& clock, RouterMetrics& metrics,
-                           uint64_t seed)
+                           uint64_t seed, int64_t first_byte_timeout_ms)
     : max_attempts_(max_attempts),
       options_(options),
       workers_(workers),
@@ -129,7 +130,8 @@ PdDispatcher::PdDispatcher(int max_attempts, int64_t request_timeout_ms, PdOptio
       clock_(clock),
       metrics_(metrics),
       failures_(request_timeout_ms, clock, metrics),
-      seed_(seed) {}
+      seed_(seed),
+      first_byte_timeout_ms_(first_byte_timeout_ms) {}
 
 uint64_t PdDispatcher::NextRandom() {
   return Mix64(seed_ ^ Mix64(counter_.fetch_add(1, std::memory_order_relaxed)));
@@ -196,8 +198,8 @@ http::Awaitable<void> PdDispatcher::DispatchPd(RequestContext& ctx, http::Respon
     failure = {404, "the model '" + ctx.api.model + "' does not exist"};
     code = "model_not_found";
   } else if (history.plans == 0) {
-    failure = {503,
-               "no worker available for model '" + ctx.api.model + "' (all circuit breakers open)"};
+    failure = {503, "no worker available for model '" + ctx.api.model +
+                        "' (all circuit breakers open or health checks failing)"};
   }
   ctx.End(failure.status == 404   ? Outcome::kClientError
           : failure.status == 502 ? Outcome::kUpstreamError
@@ -324,9 +326,20 @@ http::Awaitable<void> PdDispatcher::RunPrefill(RequestContext& ctx, const PickLe
   const std::string& worker_id = worker.record.worker_id;
   UpstreamRequest up = LegRequest(ctx, leg);
   up.body = std::move(body);
-  up.cancel = cancel;
+  // The prefill's head comes with its whole answer: only the health checks cut it.
+  AttemptWatch watch(co_await asio::this_coro::executor, worker, cancel, 0);
+  up.cancel = watch.cancel();
   const int64_t start_ns = clock_.NowNs();
   auto sent = co_await upstream_.Send(std::move(up));
+  if (const AttemptWatch::Fired fired = watch.Disarm();
+      fired != AttemptWatch::Fired::kNone && !cancel->cancelled()) {
+    if (sent.ok()) (*sent)->Cancel();
+    out.message =
+        failures_.JudgeWatch(worker, fired, first_byte_timeout_ms_, "prefill worker").message;
+    metrics_.pd().CountBootstrapFailure("prefill_unreachable");
+    out.kind = PrefillResult::kFailed;
+    co_return;
+  }
   absl::Status error;
   if (sent.ok()) {
     out.status = (*sent)->status();
@@ -426,9 +439,21 @@ http::Awaitable<PdDispatcher::LegEnd> PdDispatcher::SendAndRelay(
     }
     UpstreamRequest up = LegRequest(ctx, leg);
     if (pd_leg) up.body = *body;
-    up.cancel = cancel;
+    // Lives until the answer is relayed: the client's disconnect reaches the leg
+    // through it.
+    AttemptWatch watch(co_await asio::this_coro::executor, worker, cancel,
+                       ctx.api.stream ? first_byte_timeout_ms_ : 0);
+    up.cancel = watch.cancel();
     const int64_t start_ns = clock_.NowNs();
     auto sent = co_await upstream_.Send(std::move(up));
+    if (const AttemptWatch::Fired fired = watch.Disarm();
+        fired != AttemptWatch::Fired::kNone && !cancel->cancelled() && !w.client_gone()) {
+      if (sent.ok()) (*sent)->Cancel();
+      if (pd_leg) metrics_.pd().CountBootstrapFailure("decode_unreachable");
+      failure = {502, failures_.JudgeWatch(worker, fired, first_byte_timeout_ms_).message};
+      spdlog::warn("request {}: {}", ctx.request_id, failure.message);
+      continue;
+    }
     if (!sent.ok()) {
       SendFailures::Judged failed = failures_.Judge(
           worker, sent.status(), cancel->cancelled() || w.client_gone(), ctx.request_id);

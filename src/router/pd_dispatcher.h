@@ -20,6 +20,9 @@
 //     before the decode's first byte cancels the decode leg and fails the attempt
 //     over to another prefill worker; a prefill 4xx is the client's answer; the last
 //     failure is a 502 naming the leg and worker. A deadline is 504.
+//   Every leg's exchange is watched until its answer head (AttemptWatch): a worker
+//   that fails its health checks meanwhile, or a streaming decode/single leg without a
+//   head within first_byte_timeout_ms, fails that leg as an unreachable worker would.
 //   Client disconnect cancels both legs. Every hold is released exactly once: the
 //   plan's PickGuards, whatever way the attempt ends; both legs end before Dispatch
 //   returns. Breakers hear about every worker picked (success, failure, abandoned).
@@ -49,7 +52,8 @@ class PdDispatcher final : public Dispatcher {
   // REQUIRES: every reference outlives the dispatcher; max_attempts >= 1.
   PdDispatcher(int max_attempts, int64_t request_timeout_ms, PdOptions options,
                const WorkerSet& workers, PickPlanner& planner, Upstream& upstream,
-               Dispatcher& mixed, const core::Clock& clock, RouterMetrics& metrics, uint64_t seed);
+               Dispatcher& mixed, const core::Clock& clock, RouterMetrics& metrics, uint64_t seed,
+               int64_t first_byte_timeout_ms = 0);
 
   http::Awaitable<void> Dispatch(RequestContext& ctx, http::ResponseWriter& w) override;
 
@@ -99,6 +103,7 @@ class PdDispatcher final : public Dispatcher {
   RouterMetrics& metrics_;
   SendFailures failures_;
   const uint64_t seed_;
+  const int64_t first_byte_timeout_ms_;  // --first-byte-timeout-ms (0: off)
   std::atomic<uint64_t> counter_{0};
 };
 

@@ -333,6 +333,29 @@ TEST_F(PdDispatcherTest, AFailedPrefillFailsOverToAnotherPrefillWorker) {
   EXPECT_NE(m.find(R"(infera_router_failovers_total)"), std::string::npos);
 }
 
+TEST_F(PdDispatcherTest, APrefillWaitingOnAWorkerThatTurnsUnhealthyFailsOver) {
+  RouterOptions opt;
+  opt.health_check.interval_ms = 10;
+  StartRouter(opt);
+  AddPair(discovery::PdProtocol::kVllmNixl);
+  const json kv = {{"remote_request_id", "from-the-good-one"}};
+  fake_->Push("p:1", Script{.pieces = {kOk}, .hold_before_head = true});  // frozen
+  fake_->Push("p2:1", Script{.pieces = {json({{"kv_transfer_params", kv}}).dump()}});
+  TestClient c(router_->port());
+  c.Write("POST", "/v1/completions", Completion());
+  ASSERT_TRUE(WaitFor([&] { return fake_->held() == 1; }));  // the prefill waits on p
+  AddWorker("p2", discovery::DisaggMode::kPrefill, discovery::PdProtocol::kVllmNixl);
+  fake_->PushHealth("p:1", Script{.status = 503});
+  Answer a = c.ReadAnswer();
+  EXPECT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.headers.Get("X-Infera-Worker-Id"), "d:1");
+  EXPECT_EQ(fake_->cancelled(), 1);  // the frozen prefill exchange was closed
+  ASSERT_EQ(SentTo("d:1").size(), 1u);
+  EXPECT_EQ(json::parse(SentTo("d:1")[0].body)["kv_transfer_params"], kv);
+  EXPECT_TRUE(
+      HasMetric(R"(infera_router_upstream_errors_total{worker_id="p:1",kind="unhealthy"} 1)"));
+}
+
 TEST_F(PdDispatcherTest, EveryPrefillFailingIs502WithThePrefillsMessage) {
   StartRouter();
   AddPair(discovery::PdProtocol::kVllmNixl);

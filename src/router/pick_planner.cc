@@ -45,6 +45,7 @@ bool PickPlanner::Admits(const FleetWorker& wk, const RequestContext& ctx, PlanH
   if (mixed_only && wk.record.disagg_mode != discovery::DisaggMode::kMixed) return false;
   history.model_known = true;
   if (wk.retired.load(std::memory_order_relaxed)) return false;
+  if (!wk.liveness.healthy()) return false;  // failed its active health checks
   if (std::find(history.tried.begin(), history.tried.end(), wk.record.worker_id) !=
       history.tried.end()) {
     return false;

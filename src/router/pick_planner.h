@@ -8,8 +8,8 @@
 //
 // Candidates of a mixed plan: the targets (DP ranks) of workers that serve the
 // request's model (or any model when the record names none), are not decode-only,
-// were not tried by an earlier attempt of the same request, are not retired, and
-// whose breaker admits a request now.
+// were not tried by an earlier attempt of the same request, are not retired, pass
+// their active health checks (WorkerLiveness), and whose breaker admits a request now.
 //
 // A PD plan (PlanPd) runs core::PdPlanner over the same selector: candidates of every
 // disagg_mode (same filters), a prefill and a decode leg and the pair's protocol, or

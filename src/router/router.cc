@@ -1,5 +1,6 @@
 #include "router/router.h"
 
+#include <algorithm>
 #include <random>
 
 #include "events/kv_event_ingestor.h"
@@ -11,6 +12,7 @@
 #include "router/pd_dispatcher.h"
 #include "router/pick_planner.h"
 #include "router/prompt_encoder.h"
+#include "router/readiness.h"
 #include "router/request_ids.h"
 #include "router/request_pipeline.h"
 #include "router/router_metrics.h"
@@ -79,10 +81,15 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
           .kv_events = options_.kv_events,
           .kv_events_topic = options_.kv_events_topic,
           .max_index_blocks = options_.max_index_blocks,
-          .breaker_failures = options_.breaker_failures,
-          .breaker_cooldown_ms = options_.breaker_cooldown_ms,
-          // A probe that ends on its own is reported by the request timeout at the latest.
-          .breaker_probe_lease_ms = options_.request_timeout_ms + options_.breaker_cooldown_ms},
+          .breaker = BreakerOptions{.failure_threshold = options_.breaker_failures,
+                                    .cooldown_ms = options_.breaker_cooldown_ms,
+                                    .max_cooldown_ms = options_.breaker_max_cooldown_ms,
+                                    // A probe that ends on its own is reported by the request
+                                    // timeout at the latest.
+                                    .probe_lease_ms = options_.request_timeout_ms +
+                                                      std::max(options_.breaker_cooldown_ms,
+                                                               options_.breaker_max_cooldown_ms)},
+          .checks = options_.health_check.thresholds},
       *events_, *planner_, *metrics_);
   encoder_ = std::make_unique<PromptEncoder>(
       PromptEncoderOptions{.max_tokenize_bytes = options_.max_tokenize_bytes,
@@ -92,19 +99,26 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
                            : std::make_unique<HttpUpstream>(*pool_, *clock_);
   parity_ = std::make_unique<RenderParityProber>(options_.render_parity, *pool_, *upstream_,
                                                  *clock_, *workers_, *metrics_);
-  workers_->set_on_added([parity = parity_.get()](std::shared_ptr<const FleetWorker> w) {
-    parity->OnAdded(std::move(w));
-  });
-  mixed_dispatcher_ =
-      std::make_unique<MixedDispatcher>(options_.max_attempts, options_.request_timeout_ms,
-                                        *workers_, *planner_, *upstream_, *clock_, *metrics_);
+  health_ = std::make_unique<HealthChecker>(options_.health_check, *pool_, *upstream_, *clock_,
+                                            *workers_, *metrics_);
+  workers_->set_on_added(
+      [parity = parity_.get(), health = health_.get()](std::shared_ptr<const FleetWorker> w) {
+        health->OnAdded(w);
+        parity->OnAdded(std::move(w));
+      });
+  mixed_dispatcher_ = std::make_unique<MixedDispatcher>(
+      options_.max_attempts, options_.request_timeout_ms, *workers_, *planner_, *upstream_, *clock_,
+      *metrics_, options_.first_byte_timeout_ms);
   dispatcher_ = std::make_unique<PdDispatcher>(
       options_.max_attempts, options_.request_timeout_ms, options_.pd, *workers_, *planner_,
-      *upstream_, *mixed_dispatcher_, *clock_, *metrics_, SaltFrom(env.seed) ^ 0x5044);
+      *upstream_, *mixed_dispatcher_, *clock_, *metrics_, SaltFrom(env.seed) ^ 0x5044,
+      options_.first_byte_timeout_ms);
   pipeline_ = std::make_unique<RequestPipeline>(options_.request_timeout_ms, *encoder_,
                                                 *dispatcher_, *clock_, *metrics_);
+  readiness_ =
+      std::make_unique<Readiness>(options_.ready_after_replay, *events_, *workers_, *clock_);
   views_ = std::make_unique<AdminViews>(*workers_, *planner_, index_, *events_, *metrics_,
-                                        options_.ready_after_replay);
+                                        *readiness_, *clock_);
   if (options_.replica_sync) {
     replica_ = std::make_unique<ReplicaSync>(*options_.replica_sync, *planner_, *workers_, *clock_);
     planner_->set_on_plan([sync = replica_.get()] { sync->NotifyPlan(); });
@@ -123,6 +137,8 @@ Router::~Router() {
 absl::Status Router::Start() {
   if (absl::Status s = encoder_->Load(options_.tokenizer_path); !s.ok()) return s;
   parity_->Start(encoder_->RenderProbe());
+  health_->Start();
+  readiness_->Start(*pool_);
   if (replica_) {
     if (absl::Status s = replica_->Start(); !s.ok()) return s;
   }

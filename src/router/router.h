@@ -34,6 +34,7 @@
 #include "http/io_pool.h"
 #include "http/server.h"
 #include "router/decode_demand_routing.h"
+#include "router/health_checker.h"
 #include "router/pd_options.h"
 #include "router/render_parity_prober.h"
 #include "router/replica_sync.h"
@@ -46,6 +47,7 @@ class ApiFront;
 class Dispatcher;
 class PickPlanner;
 class PromptEncoder;
+class Readiness;
 class RequestIds;
 class RequestPipeline;
 class RouterMetrics;
@@ -73,12 +75,21 @@ struct RouterOptions {
   // --kv-event-transport nats: events from JetStream (doc/nats-transport.md), not ZMQ.
   bool kv_events_nats = false;
   std::string nats_server = "nats://127.0.0.1:4222";  // --nats-server
-  // --ready-after-replay: /health answers 503 "starting" while the views are rebuilt.
+  // --ready-after-replay: /ready answers 503 "starting" until the views are first
+  // rebuilt at start (Readiness; /health never waits for it).
   bool ready_after_replay = true;
   int64_t request_timeout_ms = 600'000;
   int max_attempts = 3;  // workers tried before the first byte
+  // --breaker-failures (0: no breaker), --breaker-cooldown-ms, --breaker-max-cooldown-ms
+  // (a failed half-open probe doubles the cooldown up to it).
   uint32_t breaker_failures = 5;
   int64_t breaker_cooldown_ms = 10'000;
+  int64_t breaker_max_cooldown_ms = 60'000;
+  // --first-byte-timeout-ms: a streaming attempt whose answer head has not arrived
+  // this long after sending fails over (AttemptWatch; 0: off).
+  int64_t first_byte_timeout_ms = 60'000;
+  // --health-check-* (HealthChecker).
+  HealthCheckOptions health_check;
   PdOptions pd;          // --pd-min-uncached-tokens, --pd-prefill-guard-release
   DemandOptions demand;  // --decode-input-demand, --decode-request-weight
   // --session-affinity, --session-affinity-max-sessions, --session-affinity-ttl-s
@@ -150,6 +161,8 @@ class Router {
   std::unique_ptr<RequestIds> ids_;
   std::unique_ptr<ApiFront> front_;
   std::unique_ptr<RenderParityProber> parity_;
+  std::unique_ptr<HealthChecker> health_;
+  std::unique_ptr<Readiness> readiness_;
   std::unique_ptr<ReplicaSync> replica_;  // null: --router-replica-sync off
   std::unique_ptr<http::Server> server_;
   bool started_ = false;

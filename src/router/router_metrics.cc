@@ -150,6 +150,8 @@ void RouterMetrics::Render(std::string& out) const {
   prompts_estimated_total_.Render(out);
   demand_decisions_total_.Render(out);
   render_parity_probes_total_.Render(out);
+  health_checks_total_.Render(out);
+  health_transitions_total_.Render(out);
   pick_cache_hits_.Render(out);
   pick_request_blocks_.Render(out);
   request_duration_.Render(out);

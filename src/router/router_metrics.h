@@ -46,7 +46,7 @@ class RouterMetrics {
   // The picks counter of one target (`role`, `worker_id` = TargetKey::ToString()).
   std::atomic<uint64_t>* PickCounter(core::Role role, const std::string& target_name);
   void CountFailover(const std::string& worker_id);
-  // kind: "unreachable", "status_5xx", "timeout".
+  // kind: "unreachable", "status_5xx", "timeout", "first_byte_timeout", "unhealthy".
   void CountUpstreamError(const std::string& worker_id, const char* kind);
   // The router's own descriptors or buffers ran out (kind: "emfile", "enfile",
   // "enobufs", "enomem"): never counted against a worker.
@@ -65,6 +65,17 @@ class RouterMetrics {
   // (outcome: exact, diverged, unsupported, error; doc/render-parity.md).
   void CountRenderParityProbe(const char* outcome) {
     render_parity_probes_total_.Add(MetricLabel("outcome", outcome));
+  }
+
+  // infera_router_health_checks_total{outcome}: one active health probe (outcome: ok,
+  // status_5xx, timeout, unreachable, local) and
+  // infera_router_health_transitions_total{to}: a worker's verdict flipped (to:
+  // unhealthy, healthy); doc/router.md "Active health checks".
+  void CountHealthCheck(const char* outcome) {
+    health_checks_total_.Add(MetricLabel("outcome", outcome));
+  }
+  void CountHealthTransition(bool healthy) {
+    health_transitions_total_.Add(MetricLabel("to", healthy ? "healthy" : "unhealthy"));
   }
 
   PdMetrics& pd() { return pd_; }
@@ -103,6 +114,13 @@ class RouterMetrics {
       "infera_router_render_parity_probes_total",
       "Render-parity probes of workers' /tokenize, by outcome (exact, diverged, unsupported, "
       "error)."};
+  CounterFamily health_checks_total_{
+      "infera_router_health_checks_total",
+      "Active health probes of workers, by outcome (ok, status_5xx, timeout, unreachable, "
+      "local)."};
+  CounterFamily health_transitions_total_{
+      "infera_router_health_transitions_total",
+      "Workers whose health-check verdict flipped, by the new verdict (unhealthy, healthy)."};
   HistogramFamily pick_cache_hits_{"infera_router_pick_cache_hits",
                                    "Cache-hit blocks of the picked target.",
                                    {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}};

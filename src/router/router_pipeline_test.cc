@@ -318,7 +318,9 @@ TEST_F(RouterPipelineTest, BreakerOpensThenHalfOpenProbeClosesIt) {
 
   clock_.Advance(5000 * kMs);  // cooldown over: one probe
   EXPECT_EQ(Call("POST", "/v1/chat/completions", kChat).status, 502);
-  EXPECT_EQ(BreakerState("a:1"), "open");  // the probe failed: open again
+  EXPECT_EQ(BreakerState("a:1"), "open");  // the probe failed: open again, for twice as long
+  EXPECT_EQ(Call("POST", "/v1/chat/completions", kChat).status, 503);
+  clock_.Advance(5000 * kMs);
   EXPECT_EQ(Call("POST", "/v1/chat/completions", kChat).status, 503);
   clock_.Advance(5000 * kMs);
   EXPECT_EQ(Call("POST", "/v1/chat/completions", kChat).status, 200);
@@ -345,6 +347,175 @@ TEST_F(RouterPipelineTest, HalfOpenAdmitsOneProbeAtATime) {
   fake_->Release();
   EXPECT_EQ(probe.ReadAnswer().status, 200);
   EXPECT_EQ(BreakerState("a:1"), "closed");
+}
+
+// /health is liveness in Infera's shape (always 200, routable workers); /ready waits
+// for a routable worker and is not flipped by workers joining or leaving.
+TEST_F(RouterPipelineTest, HealthIsLivenessAndReadyNeedsARoutableWorker) {
+  StartRouter();
+  Answer health = Call("GET", "/health");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(json::parse(health.body), json({{"status", "ok"}, {"active_workers", 0}}));
+  Answer ready = Call("GET", "/ready");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(json::parse(ready.body)["status"], "starting");
+  AddWorker("a");
+  ready = Call("GET", "/ready");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(json::parse(ready.body)["status"], "ready");
+  EXPECT_EQ(json::parse(ready.body)["routable_workers"], 1);
+  AddWorker("b");
+  router_->RemoveWorker("a:1");
+  EXPECT_EQ(Call("GET", "/ready").status, 200);
+  EXPECT_EQ(json::parse(Call("GET", "/health").body)["active_workers"], 1);
+  router_->RemoveWorker("b:1");
+  ready = Call("GET", "/ready");
+  EXPECT_EQ(ready.status, 503);  // nothing left to route to
+  EXPECT_EQ(json::parse(ready.body)["status"], "no_routable_workers");
+  EXPECT_EQ(Call("GET", "/health").status, 200);
+  EXPECT_EQ(Call("HEAD", "/ready").status, 503);
+  EXPECT_EQ(Call("POST", "/ready").status, 405);
+}
+
+// The breaker's open workers are not routable either: /health counts them out.
+TEST_F(RouterPipelineTest, HealthCountsOnlyRoutableWorkers) {
+  RouterOptions opt;
+  opt.breaker_failures = 1;
+  StartRouter(opt);
+  AddWorker("a");
+  AddWorker("b");
+  EXPECT_EQ(json::parse(Call("GET", "/health").body)["active_workers"], 2);
+  fake_->Push("a:1", Script{.status = 500});
+  fake_->Push("a:1", Script{.pieces = {kCompletion}});
+  fake_->Push("b:1", Script{.pieces = {kCompletion}});
+  // Round robin: a fails (its breaker opens), the request fails over to b.
+  EXPECT_EQ(Call("POST", "/v1/chat/completions", kChat).status, 200);
+  EXPECT_EQ(BreakerState("a:1"), "open");
+  EXPECT_EQ(json::parse(Call("GET", "/health").body)["active_workers"], 1);
+  EXPECT_EQ(Call("GET", "/ready").status, 200);
+}
+
+RouterOptions FastHealthChecks() {
+  RouterOptions opt;
+  opt.health_check.interval_ms = 10;
+  opt.health_check.timeout_ms = 1000;
+  return opt;
+}
+
+std::string WorkerHealth(const json& workers, const std::string& id) {
+  for (const auto& w : workers["workers"]) {
+    if (w["worker_id"] == id) return w["health"];
+  }
+  return "";
+}
+
+TEST_F(RouterPipelineTest, AWorkerFailingItsHealthChecksLeavesPicksAndComesBack) {
+  StartRouter(FastHealthChecks());  // thresholds at their defaults: out after 3, back after 2
+  AddWorker("a");
+  AddWorker("b");
+  fake_->Push("a:1", Script{.pieces = {kCompletion}});
+  fake_->Push("b:1", Script{.pieces = {kCompletion}});
+  fake_->PushHealth("a:1", Script{.status = 503});
+  ASSERT_TRUE(WaitFor([&] {
+    return WorkerHealth(json::parse(Call("GET", "/v1/workers").body), "a:1") == "unhealthy";
+  }));
+  const json all = json::parse(Call("GET", "/v1/workers").body);
+  json a;
+  for (const auto& w : all["workers"]) {
+    if (w["worker_id"] == "a:1") a = w;
+  }
+  EXPECT_EQ(a["routable"], false);
+  EXPECT_GE(a["health_check"]["consecutive_failures"].get<int>(), 3);
+  EXPECT_EQ(a["health_check"]["last_error"], "answered 503");
+  EXPECT_EQ(a["breaker_state"], "closed");  // the breaker judges requests, not probes
+  EXPECT_EQ(json::parse(Call("GET", "/health").body)["active_workers"], 1);
+  const size_t sent_before = fake_->sent().size();
+  for (int i = 0; i < 6; ++i) {
+    Answer r = Call("POST", "/v1/chat/completions", kChat);
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.headers.Get("X-Infera-Worker-Id"), "b:1");  // never the unhealthy worker
+  }
+  EXPECT_EQ(fake_->sent().size(), sent_before + 6);  // no attempt went to a
+  std::string m = Metrics();
+  EXPECT_NE(m.find(R"(infera_router_worker_healthy{worker_id="a:1"} 0)"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(infera_router_health_transitions_total{to="unhealthy"} 1)"),
+            std::string::npos);
+  EXPECT_NE(m.find(R"(infera_router_health_checks_total{outcome="status_5xx"})"),
+            std::string::npos);
+  EXPECT_NE(m.find("infera_router_routable_workers 1\n"), std::string::npos);
+
+  fake_->PushHealth("a:1", Script{.pieces = {"{}"}});  // healthy again (after the 503 pops)
+  ASSERT_TRUE(WaitFor([&] {
+    return WorkerHealth(json::parse(Call("GET", "/v1/workers").body), "a:1") == "healthy";
+  }));
+  std::string workers_seen;
+  for (int i = 0; i < 4; ++i) {
+    workers_seen += Call("POST", "/v1/chat/completions", kChat).headers.Get("X-Infera-Worker-Id");
+  }
+  EXPECT_NE(workers_seen.find("a:1"), std::string::npos) << workers_seen;  // back in picks
+  m = Metrics();
+  EXPECT_NE(m.find(R"(infera_router_health_transitions_total{to="healthy"} 1)"), std::string::npos);
+}
+
+TEST_F(RouterPipelineTest, RequestsWaitingOnAWorkerThatTurnsUnhealthyFailOver) {
+  StartRouter(FastHealthChecks());
+  AddWorker("a");
+  fake_->Push("a:1", Script{.pieces = {kCompletion}, .hold_before_head = true});  // frozen
+  fake_->Push("b:1", Script{.pieces = {kCompletion}});
+  TestClient c1(router_->port()), c2(router_->port());
+  c1.Write("POST", "/v1/chat/completions", kChat);
+  c2.Write("POST", "/v1/chat/completions", kChatStream);
+  ASSERT_TRUE(WaitFor([&] { return fake_->held() == 2; }));  // both wait on a
+  AddWorker("b");
+  fake_->PushHealth("a:1", Script{.send_error = absl::UnavailableError("connect refused")});
+  Answer r1 = c1.ReadAnswer();
+  Answer r2 = c2.ReadAnswer();
+  EXPECT_EQ(r1.status, 200);
+  EXPECT_EQ(r1.headers.Get("X-Infera-Worker-Id"), "b:1");
+  EXPECT_EQ(r2.status, 200);
+  EXPECT_EQ(r2.headers.Get("X-Infera-Worker-Id"), "b:1");
+  EXPECT_EQ(fake_->held(), 0);
+  EXPECT_EQ(fake_->cancelled(), 2);  // the frozen exchanges were closed
+  const std::string m = Metrics();
+  EXPECT_NE(m.find(R"(infera_router_upstream_errors_total{worker_id="a:1",kind="unhealthy"} 2)"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find(R"(infera_router_failovers_total{worker_id="b:1"} 2)"), std::string::npos);
+  EXPECT_EQ(BreakerState("a:1"), "closed");
+}
+
+TEST_F(RouterPipelineTest, AStreamWithoutAFirstByteInTimeFailsOver) {
+  RouterOptions opt;
+  opt.first_byte_timeout_ms = 300;
+  opt.breaker_failures = 1;
+  StartRouter(opt);
+  AddWorker("a");
+  // a accepts and never answers; its health checks pass (the default answer).
+  fake_->Push("a:1", Script{.pieces = {kCompletion}, .hold_before_head = true});
+  fake_->Push("b:1", Script{.content_type = "text/event-stream", .pieces = {Sse("hi")}});
+  TestClient whole(router_->port()), stream(router_->port());
+  whole.Write("POST", "/v1/chat/completions", kChat);
+  ASSERT_TRUE(WaitFor([&] { return fake_->held() == 1; }));
+  stream.Write("POST", "/v1/chat/completions", kChatStream);
+  ASSERT_TRUE(WaitFor([&] { return fake_->held() == 2; }));
+  AddWorker("b");
+  Answer s = stream.ReadAnswer();
+  EXPECT_EQ(s.status, 200);
+  EXPECT_EQ(s.headers.Get("X-Infera-Worker-Id"), "b:1");
+  EXPECT_EQ(s.body, Sse("hi"));
+  // The non-streaming request still waits: its head comes after the whole generation,
+  // so only the request deadline and the health checks bound it.
+  EXPECT_EQ(fake_->held(), 1);
+  EXPECT_EQ(BreakerState("a:1"), "open");  // the timeout was a breaker failure
+  const std::string m = Metrics();
+  EXPECT_NE(
+      m.find(R"(infera_router_upstream_errors_total{worker_id="a:1",kind="first_byte_timeout"} 1)"),
+      std::string::npos)
+      << m;
+  fake_->Release();
+  Answer w = whole.ReadAnswer();
+  EXPECT_EQ(w.status, 200);
+  EXPECT_EQ(w.headers.Get("X-Infera-Worker-Id"), "a:1");
 }
 
 TEST_F(RouterPipelineTest, AnthropicMessagesAreTranslatedBothWays) {

@@ -13,7 +13,10 @@ SendFailures::SendFailures(int64_t request_timeout_ms, const core::Clock& clock,
     : request_timeout_ms_(request_timeout_ms), clock_(clock), metrics_(metrics) {}
 
 void SendFailures::Report(const FleetWorker& worker, const char* kind) {
-  worker.health.OnFailure(clock_.NowNs());
+  if (const int64_t cooldown_ns = worker.health.OnFailure(clock_.NowNs()); cooldown_ns > 0) {
+    spdlog::warn("breaker: worker {} open for {:.1f} s after a {} failure", worker.record.worker_id,
+                 cooldown_ns * 1e-9, kind);
+  }
   metrics_.CountUpstreamError(worker.record.worker_id, kind);
 }
 
@@ -61,6 +64,21 @@ SendFailures::Judged SendFailures::Judge(const FleetWorker& worker, const absl::
   Report(worker, "unreachable");
   return {Kind::kUnreachable, 502,
           std::string(who) + " " + worker_id + " failed: " + std::string(status.message())};
+}
+
+SendFailures::Judged SendFailures::JudgeWatch(const FleetWorker& worker, AttemptWatch::Fired fired,
+                                              int64_t first_byte_timeout_ms, std::string_view who) {
+  const std::string& worker_id = worker.record.worker_id;
+  if (fired == AttemptWatch::Fired::kFirstByteTimeout) {
+    Report(worker, "first_byte_timeout");
+    return {Kind::kUnreachable, 502,
+            std::string(who) + " " + worker_id + " sent no first byte within " +
+                std::to_string(first_byte_timeout_ms) + " ms"};
+  }
+  worker.health.OnAbandoned();
+  metrics_.CountUpstreamError(worker_id, "unhealthy");
+  return {Kind::kUnreachable, 502,
+          std::string(who) + " " + worker_id + " failed its health checks before answering"};
 }
 
 http::Awaitable<void> SendFailures::Answer(RequestContext& ctx, http::ResponseWriter& w,

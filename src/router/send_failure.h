@@ -11,6 +11,12 @@
 //     504 (no failover: the worker may still be working);
 //   unreachable (anything else): a breaker failure, upstream_errors{kind="unreachable"},
 //     502 unless another worker answers (failover).
+// An AttemptWatch that ended the attempt before its answer head (JudgeWatch):
+//   first_byte_timeout: a breaker failure, upstream_errors{kind="first_byte_timeout"},
+//     failover (502 unless another worker answers);
+//   unhealthy (the worker failed its health checks meanwhile): failover; the health
+//     checks already keep the worker out of picks, so the breaker's probe slot is only
+//     freed; upstream_errors{kind="unhealthy"}.
 //
 // Thread-safety: every method may run on every loop at once.
 #pragma once
@@ -23,6 +29,7 @@
 #include "absl/status/status.h"
 #include "core/clock.h"
 #include "http/server.h"
+#include "router/attempt_watch.h"
 #include "router/fleet.h"
 #include "router/request_context.h"
 #include "router/router_metrics.h"
@@ -46,6 +53,11 @@ class SendFailures {
   // ("worker", "prefill worker").
   Judged Judge(const FleetWorker& worker, const absl::Status& status, bool cancelled,
                std::string_view request_id, std::string_view who = "worker");
+
+  // Judges an attempt its AttemptWatch ended (REQUIRES: fired is not kNone);
+  // `first_byte_timeout_ms` names the limit in the message. Kind kUnreachable.
+  Judged JudgeWatch(const FleetWorker& worker, AttemptWatch::Fired fired,
+                    int64_t first_byte_timeout_ms, std::string_view who = "worker");
 
   // Records a failed exchange: the breaker and infera_router_upstream_errors_total{kind}.
   void Report(const FleetWorker& worker, const char* kind);

@@ -27,8 +27,7 @@ namespace infera::router {
 
 class WorkerHealth {
  public:
-  WorkerHealth(uint32_t failure_threshold, int64_t cooldown_ms, int64_t probe_lease_ms)
-      : breaker_(failure_threshold, cooldown_ms, probe_lease_ms) {}
+  explicit WorkerHealth(const BreakerOptions& options) : breaker_(options) {}
   WorkerHealth(const WorkerHealth&) = delete;
   WorkerHealth& operator=(const WorkerHealth&) = delete;
 
@@ -50,10 +49,14 @@ class WorkerHealth {
     breaker_.OnSuccess();
     Mirror();
   }
-  void OnFailure(int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_) {
+  // Returns the cooldown (ns) when this failure opened the breaker (from closed or
+  // half-open), for the log line; 0 otherwise.
+  int64_t OnFailure(int64_t now_ns) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
+    const uint64_t trips = breaker_.trips();
     breaker_.OnFailure(now_ns);
     Mirror();
+    return breaker_.trips() != trips ? breaker_.cooldown_ns() : 0;
   }
   void OnAbandoned() ABSL_LOCKS_EXCLUDED(mu_) {
     if (healthy_.load(std::memory_order_acquire)) return;  // closed: no probe slot held
@@ -64,6 +67,10 @@ class WorkerHealth {
   CircuitBreaker::State state() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     return breaker_.state();
+  }
+  uint64_t trips() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return breaker_.trips();
   }
 
  private:

@@ -37,9 +37,7 @@ void WorkerSet::Add(const discovery::WorkerRecord& record) {
   for (const auto& w : workers_) {
     if (w->record.worker_id == record.worker_id) return;  // Update handles changes
   }
-  auto w =
-      std::make_shared<FleetWorker>(record, *ep, options_.breaker_failures,
-                                    options_.breaker_cooldown_ms, options_.breaker_probe_lease_ms);
+  auto w = std::make_shared<FleetWorker>(record, *ep, options_.breaker, options_.checks);
   for (uint32_t r = 0; r < std::max<uint32_t>(1, record.dp_size); ++r) {
     events::IngestTarget t;
     t.key = {record.worker_id, record.dp_rank + r};

@@ -45,10 +45,11 @@ struct WorkerSetOptions {
   bool kv_events = true;                   // follow each target's KV events (false: index only)
   std::string kv_events_topic;             // subscription prefix
   std::optional<size_t> max_index_blocks;  // --max-index-blocks (IndexBoundFor)
-  uint32_t breaker_failures = 5;
-  int64_t breaker_cooldown_ms = 10'000;
-  // How long an unreported half-open probe holds its slot (CircuitBreaker).
-  int64_t breaker_probe_lease_ms = 610'000;
+  // Each worker's circuit breaker (its probe lease: how long an unreported half-open
+  // probe holds its slot).
+  BreakerOptions breaker = BreakerOptions{5, 10'000, 60'000, 610'000};
+  // When active health checks flip a worker's verdict (HealthChecker).
+  HealthCheckThresholds checks;
 };
 
 class WorkerSet {

@@ -272,7 +272,7 @@ def start_router(procs, router_bin, workers, *extra, name="router", ready=True):
     """Starts infera-router on an OS-picked port with static --worker flags.
 
     Returns (Proc, base_url) once it listens, lists every worker on /v1/workers and
-    (ready=True) answers /health 200.
+    (ready=True) answers /ready 200.
     """
     argv = [router_bin, "--host", "127.0.0.1", "--port", "0", "--kv-events-topic", "kv-events"]
     for w in workers:
@@ -286,10 +286,10 @@ def start_router(procs, router_bin, workers, *extra, name="router", ready=True):
         return status == 200 and len(json.loads(body)["workers"]) == len(workers)
     poll(all_listed, f"router lists its {len(workers)} workers")
     # Ready (unless `ready` is False): the engines' replay sockets have rebuilt the
-    # views (/health is 503 "starting" until then, --ready-after-replay), as a
+    # views (/ready is 503 "starting" until then, --ready-after-replay), as a
     # readiness probe would wait.
     if ready:
-        poll(lambda: http("GET", base + "/health")[0] == 200, "router ready (/health 200)")
+        poll(lambda: http("GET", base + "/ready")[0] == 200, "router ready (/ready 200)")
     return proc, base
 
 

@@ -10,7 +10,7 @@ Bounded polls only.
                 restart, a NATS restart (batches published meanwhile), and with an
                 engine dropping 30% of its live batches (the relay replays the gaps)
   --case warm   kill -9 the router under traffic and start it again, over ZMQ (the
-                engines' replay sockets) and over JetStream: /health says "starting"
+                engines' replay sockets) and over JetStream: /ready says "starting"
                 until the views are rebuilt, and the first request with a cached
                 prefix has pick log cache_hits > 0; prints the time to ready
 """
@@ -125,7 +125,7 @@ def case_relay(procs, tmp):
     start_relay(procs, f, nats_url)
     router, base = start_router(procs, ARGS.router, [worker_flag(f)],
                                 "--kv-event-transport", "nats", "--nats-server", nats_url)
-    poll(lambda: http("GET", base + "/health")[0] == 200, "router ready")
+    poll(lambda: http("GET", base + "/ready")[0] == 200, "router ready")
     traffic(base, 0, 6)
     views_equal(base, f, "router view equals the engine's dump through JetStream")
 
@@ -179,17 +179,17 @@ def case_relay(procs, tmp):
 
 
 def wait_ready(proc, base, t0):
-    """Polls /health until 200; returns (ms from process start, statuses seen)."""
+    """Polls /ready until 200; returns (ms from process start, statuses seen)."""
     seen = set()
 
     def ready():
         try:
-            status, body, _ = http("GET", base + "/health", timeout=5)
+            status, body, _ = http("GET", base + "/ready", timeout=5)
         except OSError:
             return False
         seen.add(json.loads(body)["status"])
         return status == 200
-    poll(ready, "router ready (/health 200)", timeout=30, interval=0.005)
+    poll(ready, "router ready (/ready 200)", timeout=30, interval=0.005)
     return (time.time() - t0) * 1000, seen
 
 
@@ -234,7 +234,7 @@ def warm_restart(procs, router, base, engines, extra, label, groups):
         procs, router, base, workers, extra, f"{label}-router2", groups)
     blocks = sum(engine_blocks(f) for f in engines)
     print(f"warm restart {label}: ready {ms:.0f} ms after start ({blocks} engine blocks, "
-          f"/health said {sorted(seen)}), first request cache_hits={hits}", flush=True)
+          f"/ready said {sorted(seen)}), first request cache_hits={hits}", flush=True)
     for f in engines:
         poll(lambda f=f: router_blocks(base, f) == engine_blocks(f),
              f"restarted {label} router's view is complete")
@@ -272,11 +272,14 @@ def case_warm(procs, tmp):
     nats.p.wait(timeout=10)
     router, base = start_router(procs, ARGS.router, workers, *extra, name="nats-router-cold",
                                 ready=False)
-    status, body, _ = http("GET", base + "/health")
+    status, body, _ = http("GET", base + "/ready")
     check(status == 503 and json.loads(body)["status"] == "starting",
-          f"/health says starting while JetStream is unreachable: {status} {body}")
+          f"/ready says starting while JetStream is unreachable: {status} {body}")
+    status, body, _ = http("GET", base + "/health")
+    check(status == 200 and json.loads(body)["status"] == "ok",
+          f"/health (liveness) says ok meanwhile: {status} {body}")
     start_nats(procs, nats_port, os.path.join(tmp, "js"), name="nats2")
-    poll(lambda: http("GET", base + "/health")[0] == 200, "ready once the stream is replayed")
+    poll(lambda: http("GET", base + "/ready")[0] == 200, "ready once the stream is replayed")
     for f in engines:
         check(router_blocks(base, f) == engine_blocks(f), "view complete when ready")
 
@@ -285,9 +288,9 @@ def case_warm(procs, tmp):
     router.p.wait(timeout=10)
     router, base = start_router(procs, ARGS.router, workers, *extra, "--ready-after-replay",
                                 "false", name="nats-router3")
-    status, body, _ = http("GET", base + "/health")
-    check(status == 200 and json.loads(body)["status"] == "ok",
-          "--ready-after-replay false: /health ok at once")
+    status, body, _ = http("GET", base + "/ready")
+    check(status == 200 and json.loads(body)["status"] == "ready",
+          "--ready-after-replay false: /ready at once")
 
 
 def main():
