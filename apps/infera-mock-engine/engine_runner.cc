@@ -156,20 +156,24 @@ uint32_t EngineRunner::LeastLoadedRank() const {
   return best;
 }
 
-size_t EngineRunner::CachedPrefixTokens(uint32_t rank_index,
-                                        std::span<const core::TokenId> prompt) const {
+size_t EngineRunner::CachedPrefixTokens(uint32_t rank_index, std::span<const core::TokenId> prompt,
+                                        const sim::CacheKeys& keys) const {
   const Rank* r = ranks_.at(rank_index).get();
   std::lock_guard<std::mutex> lock(r->mu);
-  return r->engine->CachedPrefixTokens(prompt);
+  return r->engine->CachedPrefixTokens(prompt, keys);
 }
 
 bool EngineRunner::Submit(uint32_t rank_index, std::vector<core::TokenId> prompt, size_t max_tokens,
-                          OutputFn on_output, uint64_t* request_id, bool remote_prefill) {
+                          OutputFn on_output, uint64_t* request_id, bool remote_prefill,
+                          sim::CacheKeys keys) {
   Rank* r = ranks_.at(rank_index).get();
   const uint64_t id = next_id_.fetch_add(1);
   {
     std::lock_guard<std::mutex> lock(r->mu);
-    if (!r->engine->AddRequest({id, std::move(prompt), max_tokens, remote_prefill})) return false;
+    if (!r->engine->AddRequest(
+            {id, std::move(prompt), max_tokens, remote_prefill, std::move(keys)})) {
+      return false;
+    }
     r->callbacks.emplace(id, std::move(on_output));
   }
   if (request_id) *request_id = id;
@@ -221,6 +225,11 @@ void EngineRunner::Publish(Rank* r, const std::vector<sim::KvEvent>& evs) {
         }
         s.block_size = e.block_size;
         s.medium = Medium(e.medium);
+        s.lora_id = e.lora_id;
+        s.lora_name = e.lora_name;
+        if (options_.kv_events_extra_keys && options_.shape != events::WireShape::kSglang) {
+          s.extra_keys = e.extra_keys;
+        }
         batch.events.emplace_back(std::move(s));
         break;
       }

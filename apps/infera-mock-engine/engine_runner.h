@@ -53,6 +53,10 @@ struct RunnerOptions {
   // that matches engine hashes; to Infera's, which re-hashes token ids, a tokenizer
   // or chat-template mismatch). The engine's own cache is unchanged.
   uint64_t kv_events_hash_seed = 0;
+  // vLLM-shaped BlockStored events carry extra_keys (what vLLM sends today: the LoRA
+  // name and a chain's cache_salt per block); false: omitted, as older vLLM (and
+  // SGLang, always) do, so a salt is not visible on the wire.
+  bool kv_events_extra_keys = true;
   uint64_t stall_after_requests = 0;  // 0: never
   int64_t stall_ms = 0;
   uint64_t seed = 1;
@@ -74,10 +78,13 @@ class EngineRunner {
   // too long for the cache). `on_output` gets every token, the last one with
   // finished = true. REQUIRES: rank < dp_size().
   // remote_prefill: a PD decode leg whose prompt KV arrived (sim::EngineRequest).
+  // keys: the request's cache_salt and LoRA adapter (sim::CacheKeys).
   bool Submit(uint32_t rank, std::vector<core::TokenId> prompt, size_t max_tokens,
-              OutputFn on_output, uint64_t* request_id, bool remote_prefill = false);
+              OutputFn on_output, uint64_t* request_id, bool remote_prefill = false,
+              sim::CacheKeys keys = {});
   // Prompt tokens rank `rank` would serve from its prefix cache now.
-  size_t CachedPrefixTokens(uint32_t rank, std::span<const core::TokenId> prompt) const;
+  size_t CachedPrefixTokens(uint32_t rank, std::span<const core::TokenId> prompt,
+                            const sim::CacheKeys& keys = {}) const;
   // Drops a request (client gone); its callback is not called again.
   void Abort(uint32_t rank, uint64_t request_id);
   // Clears every rank's prefix cache (AllBlocksCleared); false while requests run.

@@ -69,6 +69,14 @@ int main(int argc, char** argv) {
   app.add_option("--reorder-event-fraction", runner_options.reorder_event_fraction,
                  "fault: deliver this fraction of event batches late")
       ->check(CLI::Range(0.0, 1.0));
+  std::vector<std::string> lora_modules;
+  app.add_option("--lora-modules", lora_modules,
+                 "LoRA adapters served beside the model, as vLLM's NAME=PATH (the path is "
+                 "ignored) or NAME; a request whose model names one hashes its blocks with it")
+      ->delimiter(',');
+  app.add_option("--kv-events-extra-keys", runner_options.kv_events_extra_keys,
+                 "vLLM-shaped BlockStored events carry extra_keys (LoRA name, cache_salt) as "
+                 "vLLM does today; false: omitted, as older vLLM does (SGLang: never)");
   app.add_option("--kv-events-hash-seed", runner_options.kv_events_hash_seed,
                  "fault: publish token ids the router's hashes cannot match, as a hash seed "
                  "it does not share would (0: faithful)");
@@ -96,6 +104,15 @@ int main(int argc, char** argv) {
   pd_options.block_size = runner_options.engine.block_size;
   pd_options.speedup = runner_options.engine.timing.speedup;
   server_options.seed = runner_options.seed;
+  for (const std::string& m : lora_modules) {
+    std::string name = m.substr(0, m.find('='));
+    if (name.empty()) {
+      std::fprintf(stderr, "infera-mock-engine: --lora-modules: empty adapter name in '%s'\n",
+                   m.c_str());
+      return 2;
+    }
+    server_options.lora_modules.push_back(std::move(name));
+  }
   runner_options.engine.track_router_hashes = true;
   runner_options.shape = engine_kind == "sglang"       ? infera::events::WireShape::kSglang
                          : engine_kind == "vllm-array" ? infera::events::WireShape::kVllmArray
@@ -182,6 +199,7 @@ int main(int argc, char** argv) {
     record.worker_id = advertise_host + ":" + std::to_string(server.port());
     record.url = "http://" + record.worker_id;
     record.model_name = server_options.model_name;
+    record.lora_adapters = server_options.lora_modules;
     record.engine = engine_kind == "sglang" ? "sglang" : "vllm";
     record.disagg_mode = pd_options.role;
     record.disagg_protocol = pd_protocol;

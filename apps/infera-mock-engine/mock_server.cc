@@ -74,13 +74,47 @@ absl::StatusOr<json> ParseBody(const std::string& body) {
 constexpr const char* kWrongTypeMessage =
     "a request field has the wrong type (see the OpenAI API reference for each field's type)";
 
-json ModelsJson(const std::string& model, size_t max_model_len) {
-  return {{"object", "list"},
-          {"data", json::array({{{"id", model},
-                                 {"object", "model"},
-                                 {"created", 0},
-                                 {"owned_by", "infera-mock-engine"},
-                                 {"max_model_len", max_model_len}}})}};
+json ModelsJson(const std::string& model, const std::vector<std::string>& adapters,
+                size_t max_model_len) {
+  json data = json::array({{{"id", model},
+                            {"object", "model"},
+                            {"created", 0},
+                            {"owned_by", "infera-mock-engine"},
+                            {"max_model_len", max_model_len}}});
+  // vLLM lists each LoRA adapter with its base model as parent.
+  for (const std::string& a : adapters) {
+    data.push_back({{"id", a},
+                    {"object", "model"},
+                    {"created", 0},
+                    {"owned_by", "infera-mock-engine"},
+                    {"parent", model},
+                    {"max_model_len", max_model_len}});
+  }
+  return {{"object", "list"}, {"data", std::move(data)}};
+}
+
+// The request's cache keys as vLLM takes them: `cache_salt` (a non-empty string, or
+// absent/null; vLLM's protocol check_cache_salt_support refuses anything else) and
+// the LoRA adapter `model` names (one of --lora-modules; ids count from 1).
+absl::StatusOr<sim::CacheKeys> CacheKeysOf(const json& body,
+                                           const std::vector<std::string>& adapters) {
+  sim::CacheKeys keys;
+  if (auto salt = body.find("cache_salt"); salt != body.end() && !salt->is_null()) {
+    if (!salt->is_string() || salt->get_ref<const std::string&>().empty()) {
+      return absl::InvalidArgumentError(
+          "Parameter 'cache_salt' must be a non-empty string if provided.");
+    }
+    keys.cache_salt = salt->get<std::string>();
+  }
+  if (auto model = body.find("model"); model != body.end() && model->is_string()) {
+    for (size_t i = 0; i < adapters.size(); ++i) {
+      if (adapters[i] == model->get_ref<const std::string&>()) {
+        keys.lora_name = adapters[i];
+        keys.lora_id = static_cast<int64_t>(i + 1);
+      }
+    }
+  }
+  return keys;
 }
 
 json FinalResponse(const std::string& id, const char* object, int64_t created,
@@ -155,7 +189,8 @@ http::Awaitable<void> MockServer::Handle(http::Request& req, http::ResponseWrite
     const json ok = StatusOk();
     co_await SendJson(w, 200, ok);
   } else if (req.method == "GET" && path == "/v1/models") {
-    const json models = ModelsJson(options_.model_name, options_.max_model_len);
+    const json models =
+        ModelsJson(options_.model_name, options_.lora_modules, options_.max_model_len);
     co_await SendJson(w, 200, models);
   } else if (req.method == "GET" && path == "/metrics") {
     http::Headers headers;
@@ -273,6 +308,11 @@ http::Awaitable<void> MockServer::Generate(http::Request& req, http::ResponseWri
     co_await SendError(w, 400, std::string(prompt.status().message()));
     co_return;
   }
+  absl::StatusOr<sim::CacheKeys> keys = CacheKeysOf(body, options_.lora_modules);
+  if (!keys.ok()) {
+    co_await SendError(w, 400, std::string(keys.status().message()));
+    co_return;
+  }
   if (prompt->empty()) {
     co_await SendError(w, 400, "the prompt is empty");
     co_return;
@@ -314,7 +354,7 @@ http::Awaitable<void> MockServer::Generate(http::Request& req, http::ResponseWri
   if (leg.kind == PdLeg::Kind::kPrefill) prefill_prompt = *prompt;
   if (leg.kind == PdLeg::Kind::kDecode) {
     absl::Status received =
-        co_await pd_->Receive(leg, *prompt, runner_.CachedPrefixTokens(r, *prompt));
+        co_await pd_->Receive(leg, *prompt, runner_.CachedPrefixTokens(r, *prompt, *keys));
     if (!received.ok()) {
       co_await SendError(w, 500, std::string(received.message()));
       co_return;
@@ -332,7 +372,7 @@ http::Awaitable<void> MockServer::Generate(http::Request& req, http::ResponseWri
         }
         http::asio::post(channel->timer.get_executor(), [channel] { channel->timer.cancel(); });
       },
-      &engine_id, /*remote_prefill=*/leg.kind == PdLeg::Kind::kDecode);
+      &engine_id, /*remote_prefill=*/leg.kind == PdLeg::Kind::kDecode, *std::move(keys));
   if (!accepted) {
     co_await SendError(w, 400,
                        "prompt of " + std::to_string(prompt_tokens) +

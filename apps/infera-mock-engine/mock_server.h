@@ -5,7 +5,10 @@
 //   POST /v1/chat/completions   messages rendered + tokenized by PromptTokenizer
 //        both: max_tokens (or max_completion_tokens, default 16), stream,
 //        stream_options.include_usage; usage carries
-//        prompt_tokens_details.cached_tokens (as vLLM reports it). The DP rank is the
+//        prompt_tokens_details.cached_tokens (as vLLM reports it). cache_salt (a
+//        non-empty string, else 400 as vLLM) enters the first block's hash; a `model`
+//        naming one of --lora-modules is a LoRA request: the adapter enters every
+//        block's hash (as vLLM's kv_cache_utils does). The DP rank is the
 //        X-Data-Parallel-Rank header or the body's data_parallel_rank, else the
 //        least loaded rank; a rank that is not a number, or not below --dp-size, is 400.
 //   POST /tokenize              vLLM: {"prompt": "..."} or {"messages": [...], ...};
@@ -32,6 +35,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/clock.h"
 #include "engine_runner.h"
@@ -47,7 +51,8 @@ struct MockServerOptions {
   uint64_t die_after_requests = 0;  // 0: never
   uint64_t seed = 1;
   size_t max_model_len = 131072;
-  bool sglang = false;  // --engine sglang: /tokenize in SGLang's shape
+  bool sglang = false;                    // --engine sglang: /tokenize in SGLang's shape
+  std::vector<std::string> lora_modules;  // --lora-modules: adapter names, ids 1, 2, ...
 };
 
 class MockServer {

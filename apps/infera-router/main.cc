@@ -13,6 +13,7 @@
 #include "discovery/static_discovery.h"
 #include "router/log_levels.h"
 #include "router/router.h"
+#include "router/tenant_salt.h"
 #include "spdlog/spdlog.h"
 #include "template/render_command.h"
 #include "tokenizer/model_path.h"
@@ -199,6 +200,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--kv-events-topic", opt.kv_events_topic,
                  "ZMQ subscription topic prefix (empty: all)");
+  std::string tenant_salt_spec, tenant_salt_key_file;
+  app.add_option("--tenant-cache-salt", tenant_salt_spec,
+                 "header:NAME: each request gets its tenant's cache_salt (a keyed hash of "
+                 "header NAME, e.g. Authorization), so tenants neither probe nor share each "
+                 "other's prefix caches (off by default; doc/router.md \"Tenant isolation\")");
+  app.add_option("--tenant-cache-salt-key-file", tenant_salt_key_file,
+                 "Secret key of --tenant-cache-salt (at least 16 bytes; the same on every "
+                 "replica); default: random per process");
   size_t max_index_blocks = 0;
   CLI::Option* bound_flag =
       app.add_option("--max-index-blocks", max_index_blocks,
@@ -453,6 +462,34 @@ int main(int argc, char** argv) {
       return 2;
     }
     opt.replica_sync = replica;
+  }
+  if (!tenant_salt_spec.empty()) {
+    auto header = infera::router::ParseTenantSaltSpec(tenant_salt_spec);
+    if (!header.ok()) {
+      spdlog::error("{}", std::string(header.status().message()));
+      return 2;
+    }
+    opt.tenant_salt_header = *header;
+    if (!tenant_salt_key_file.empty()) {
+      auto key = infera::router::ReadTenantSaltKeyFile(tenant_salt_key_file);
+      if (!key.ok()) {
+        spdlog::error("{}", std::string(key.status().message()));
+        return 2;
+      }
+      opt.tenant_salt_key = *key;
+    } else {
+      std::random_device rd;
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t v = rd();
+        opt.tenant_salt_key.append(reinterpret_cast<const char*>(&v), sizeof(v));
+      }
+      spdlog::warn(
+          "--tenant-cache-salt without --tenant-cache-salt-key-file: a random key; tenants' "
+          "salts change when the router restarts and differ between replicas");
+    }
+  } else if (!tenant_salt_key_file.empty()) {
+    spdlog::error("--tenant-cache-salt-key-file needs --tenant-cache-salt");
+    return 2;
   }
   if (seed_flag->count() > 0) opt.random_seed = random_seed;
   if (bound_flag->count() > 0) opt.max_index_blocks = max_index_blocks;

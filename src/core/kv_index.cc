@@ -349,6 +349,8 @@ struct KvIndex::Impl {
   uint64_t mode_generation = 0;
   const uint64_t instance = NextInstance();
   std::vector<TargetId> free_ids;
+  // NoteSaltedTraffic (written by request threads under the read lock, or none).
+  std::atomic<bool> salted_traffic{false};
   absl::flat_hash_map<std::pair<std::string, uint32_t>, TargetId> by_key;
   size_t entries = 0;
   std::vector<uint32_t> old_to_new;  // Rebuild's translation (freed after use)
@@ -901,7 +903,8 @@ std::vector<TargetId> KvIndex::Targets() const {
 
 StoreOutcome KvIndex::ApplyStored(TargetId id, std::optional<BlockHash> parent_engine_hash,
                                   std::span<const BlockHash> engine_hashes,
-                                  std::span<const TokenId> tokens, Tier tier) {
+                                  std::span<const TokenId> tokens, Tier tier,
+                                  const StoredKeys& keys) {
   Impl::Target* t = impl_->Live(id);
   if (t == nullptr) return StoreOutcome::kUnknownTarget;
   BlockHash parent = 0;
@@ -914,7 +917,18 @@ StoreOutcome KvIndex::ApplyStored(TargetId id, std::optional<BlockHash> parent_e
   }
   std::vector<BlockHash>& router = Scratch().hashes;
   router.clear();
-  AppendChain(tokens, t->block_size, parent, router);
+  if (keys.unattributable_from == UINT32_MAX) {
+    const uint64_t salt = parent_engine_hash.has_value() ? 0 : keys.salt;
+    AppendChain(tokens, t->block_size, parent, HashKeys{salt, keys.adapter}, router);
+  } else {
+    const size_t bs = t->block_size;
+    for (size_t i = 0; i < tokens.size() / bs; ++i) {
+      uint64_t key = BlockKey(keys.adapter, i == 0 && !parent_engine_hash ? keys.salt : 0);
+      if (i >= keys.unattributable_from) key = kUnattributableKey;
+      parent = HashChunk(parent, tokens.subspan(i * bs, bs), key);
+      router.push_back(parent);
+    }
+  }
   const bool mapped = engine_hashes.size() == router.size();
   const bool was_closed = t->closed;
   impl_->InsertChain(id, *t, parent, router, TierBit(tier), mapped ? &engine_hashes : nullptr);
@@ -971,6 +985,14 @@ RemoveResult KvIndex::ApplyRemoved(TargetId id, std::span<const BlockHash> engin
   impl_->AfterEvent(id, *t, was_closed, engine_hashes.size());
   impl_->MaybeShrink();
   return result;
+}
+
+void KvIndex::NoteSaltedTraffic() const {
+  impl_->salted_traffic.store(true, std::memory_order_release);
+}
+
+bool KvIndex::SaltedTraffic() const {
+  return impl_->salted_traffic.load(std::memory_order_acquire);
 }
 
 void KvIndex::ApplyCleared(TargetId id) {

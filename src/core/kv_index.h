@@ -54,6 +54,18 @@ enum class StoreOutcome : uint8_t {
   kEvictedParent,
 };
 
+// The extra keys of one BlockStored (doc/kv-events.md §3 "Extra keys"), as the
+// event applier attributed them: digests (core/hashing.h), 0 for none,
+// kUnattributableKey when the event does not show them.
+struct StoredKeys {
+  uint64_t adapter = 0;  // the LoRA adapter of every block of the event
+  uint64_t salt = 0;     // the cache_salt of the event's first block, when it has no parent
+  // Blocks of the event from this index on are hashed with kUnattributableKey (the
+  // event shows keys the router does not model for them: multimodal identifiers...).
+  uint32_t unattributable_from = UINT32_MAX;
+  friend bool operator==(const StoredKeys&, const StoredKeys&) = default;
+};
+
 struct RemoveResult {
   size_t removed = 0;  // (target, hash, tier) entries dropped
   size_t unknown = 0;  // engine hashes the target's map did not know
@@ -80,11 +92,13 @@ class KvIndex {
 
   // BlockStored: parent = 0 when `parent_engine_hash` is nullopt, else the router hash
   // the target's map gives. Chain-hashes `tokens` in the target's block size from the
-  // parent, inserts each router hash on `tier`, and maps engine_hashes[i] ->
-  // router_hash[i] when the counts agree.
+  // parent with the event's extra keys (block i's key: BlockKey(adapter, salt) for
+  // the first block of a parentless event, BlockKey(adapter, 0) for the others,
+  // kUnattributableKey from keys.unattributable_from on), inserts each router hash on
+  // `tier`, and maps engine_hashes[i] -> router_hash[i] when the counts agree.
   StoreOutcome ApplyStored(TargetId id, std::optional<BlockHash> parent_engine_hash,
                            std::span<const BlockHash> engine_hashes,
-                           std::span<const TokenId> tokens, Tier tier);
+                           std::span<const TokenId> tokens, Tier tier, const StoredKeys& keys = {});
   // BlockRemoved: drops each engine hash's router hash from `tier`; the mapping goes
   // when the block is on no tier any more.
   RemoveResult ApplyRemoved(TargetId id, std::span<const BlockHash> engine_hashes, Tier tier);
@@ -121,6 +135,14 @@ class KvIndex {
   size_t MaxBlocks(TargetId id) const;
   // Blocks the bound evicted from the target's view since it was added.
   uint64_t EvictedBlocks(TargetId id) const;
+
+  // Salted prefixes may be cached in the fleet: the router has routed a request with a
+  // cache_salt (or runs --tenant-cache-salt). From then on a BlockStored that starts
+  // a chain without showing its extra keys (no extra_keys on the wire) cannot be
+  // attributed to a salt and is never matched (doc/kv-events.md §3 "Extra keys").
+  // Sticky. Both may be called from any thread, under the index lock or not.
+  void NoteSaltedTraffic() const;
+  bool SaltedTraffic() const;
 
   // Distinct router hashes the target holds (on any tier): the admin cache view.
   size_t BlockCount(TargetId id) const;

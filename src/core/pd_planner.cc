@@ -69,7 +69,7 @@ uint64_t PdPlanner::BestUncachedTokens(const RoutingInput& input,
     if (bs == 0 || !input.OverlapTrusted(t)) continue;  // an untrusted view holds nothing
     if (bs != chain_block_size) {
       chain_.clear();
-      AppendChain(*input.tokens, bs, 0, chain_);
+      AppendChain(*input.tokens, bs, 0, input.keys, chain_);
       chain_block_size = bs;
     }
     matches_[0] = MatchCounts{};

@@ -131,7 +131,7 @@ const std::vector<BlockHash>& Selector::ChainFor(const RoutingInput& input, size
   auto& [size, chain] = chains_[chains_used_++];
   size = block_size;
   chain.clear();
-  AppendChain(*input.tokens, block_size, 0, chain);
+  AppendChain(*input.tokens, block_size, 0, input.keys, chain);
   return chain;
 }
 

@@ -30,8 +30,9 @@
 // Every policy adds the request's blocks to the winner's active blocks and returns
 // the guard that releases them.
 //
-// The request is hashed once per distinct block size among the candidates (block
-// size is per target, KvIndex::BlockSize), and only when the policy needs it.
+// The request is hashed (with its extra keys, RoutingInput::keys) once per distinct
+// block size among the candidates (block size is per target, KvIndex::BlockSize), and
+// only when the policy needs it.
 //
 // Thread-safety: none. The server calls Pick (and releases guards, and calls
 // RemoveTarget) under one mutex, and holds the KvIndex read-side while picking; the
@@ -56,6 +57,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "core/clock.h"
+#include "core/hashing.h"
 #include "core/image_affinity.h"
 #include "core/kv_index.h"
 #include "core/load_state.h"
@@ -104,6 +106,9 @@ struct RoutingInput {
   // The prompt's token ids; nullopt when the router could not tokenize (then there
   // is no cache term, and `estimated_tokens` sizes the load the request adds).
   std::optional<std::span<const TokenId>> tokens;
+  // The extra keys its blocks hash with (doc/hashing.md "Extra keys"): its cache_salt
+  // and LoRA adapter. Requests with other keys never share a predicted hit.
+  HashKeys keys{};
   size_t estimated_tokens = 0;
   // ImageKey() of each image/audio/document reference the request carries.
   std::span<const uint64_t> image_keys;

@@ -77,6 +77,16 @@ absl::StatusOr<WorkerRecord> ParseWorkerFlag(std::string_view flag) {
         return error(Cat("'bootstrap_port' must be a port number, got '", value, "'"));
       }
       meta["params"]["bootstrap_port"] = v;
+    } else if (key == "lora_adapters") {
+      // Names separated by ';' (',' separates the flag's keys).
+      json names = json::array();
+      for (size_t start = 0;;) {
+        const size_t semi = value.find(';', start);
+        names.push_back(std::string(value.substr(start, semi - start)));
+        if (semi == std::string_view::npos) break;
+        start = semi + 1;
+      }
+      obj["lora_adapters"] = std::move(names);
     } else if (IsOneOf(key, kIntKeys)) {
       uint64_t v = 0;
       auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);

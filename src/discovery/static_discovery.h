@@ -7,9 +7,10 @@
 // The flag is the URL followed by comma-separated key=value pairs whose keys are
 // the record's field names (worker_id, model_name (also spelled model), engine, disagg_mode,
 // disagg_protocol, kv_events_endpoint, kv_replay_endpoint, kv_block_size, dp_rank,
-// dp_size, num_gpu_blocks) or disagg_meta.params keys (bootstrap_host, bootstrap_port,
-// bootstrap_addr, engine_id); the values go through the same validation as a JSON record. Values
-// cannot contain commas (use --workers-file for other disagg_meta.params).
+// dp_size, num_gpu_blocks, lora_adapters: names separated by ';') or disagg_meta.params
+// keys (bootstrap_host, bootstrap_port, bootstrap_addr, engine_id); the values go
+// through the same validation as a JSON record. Values cannot contain commas (use
+// --workers-file for other disagg_meta.params).
 //
 // Thread-safety: the parsing functions are pure. StaticDiscovery follows discovery.h.
 #pragma once

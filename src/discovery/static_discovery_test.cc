@@ -38,6 +38,13 @@ TEST(WorkerFlagTest, AllKeys) {
   EXPECT_EQ(r->dp_size, 2u);
 }
 
+TEST(WorkerFlagTest, LoraAdaptersAreSemicolonSeparated) {
+  auto r = ParseWorkerFlag("http://h:8000,model_name=m,lora_adapters=sql-lora;chat-lora");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->lora_adapters, (std::vector<std::string>{"sql-lora", "chat-lora"}));
+  EXPECT_FALSE(ParseWorkerFlag("http://h:8000,lora_adapters=a;;b").ok());
+}
+
 TEST(WorkerFlagTest, DisaggParamsKeys) {
   auto r = ParseWorkerFlag(
       "http://h:8000,disagg_mode=prefill,disagg_protocol=sglang-bootstrap,bootstrap_host=b,"

@@ -159,6 +159,18 @@ absl::StatusOr<WorkerRecord> WorkerRecordFromJson(const json& obj) {
   if (auto s = ReadUint(obj, "num_gpu_blocks", kMaxNumGpuBlocks, &r.num_gpu_blocks); !s.ok()) {
     return s;
   }
+  if (auto it = obj.find("lora_adapters"); it != obj.end() && !it->is_null()) {
+    if (!it->is_array()) return FieldError("lora_adapters", "must be an array of names");
+    if (it->size() > kMaxLoraAdapters) {
+      return FieldError("lora_adapters", Cat("must list at most ", kMaxLoraAdapters, " adapters"));
+    }
+    for (const json& name : *it) {
+      if (!name.is_string() || name.get_ref<const std::string&>().empty()) {
+        return FieldError("lora_adapters", "must be an array of non-empty strings");
+      }
+      r.lora_adapters.push_back(name.get<std::string>());
+    }
+  }
   return r;
 }
 
@@ -189,6 +201,7 @@ json WorkerRecordToJson(const WorkerRecord& r) {
   };
   if (!r.kv_replay_endpoint.empty()) out["kv_replay_endpoint"] = r.kv_replay_endpoint;
   if (r.num_gpu_blocks > 0) out["num_gpu_blocks"] = r.num_gpu_blocks;
+  if (!r.lora_adapters.empty()) out["lora_adapters"] = r.lora_adapters;
   return out;
 }
 

@@ -10,7 +10,8 @@
 //    "disagg_mode": "mixed", "disagg_meta": {"protocol": "", "params": {}},
 //    "kv_events_endpoint": "tcp://10.0.0.5:5557",
 //    "kv_replay_endpoint": "tcp://10.0.0.5:5558",
-//    "kv_block_size": 16, "dp_rank": 0, "dp_size": 1, "num_gpu_blocks": 8192}
+//    "kv_block_size": 16, "dp_rank": 0, "dp_size": 1, "num_gpu_blocks": 8192,
+//    "lora_adapters": ["sql-lora"]}
 //
 // The struct is plain data so the router and the simulator can share it. The JSON
 // functions below parse untrusted text into StatusOr (InvalidArgument naming the
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "discovery/disagg_meta.h"
@@ -48,6 +50,11 @@ struct WorkerRecord {
   // cache_config.num_gpu_blocks; Dynamo publishes it as total_kv_blocks); 0: unknown.
   // Bounds the router's view of each rank (doc/index.md "Bounded views").
   uint32_t num_gpu_blocks = 0;
+  // LoRA adapters the worker serves beside model_name (vLLM's --lora-modules names):
+  // a request whose model is one of them is routed to workers listing it, and its
+  // blocks hash with the adapter (doc/hashing.md "Extra keys"). Not in Infera's
+  // record; absent: none.
+  std::vector<std::string> lora_adapters{};
 
   friend bool operator==(const WorkerRecord&, const WorkerRecord&) = default;
 };
@@ -57,6 +64,7 @@ inline constexpr uint32_t kMaxKvBlockSize = 1u << 16;
 inline constexpr uint32_t kMaxDpRanks = 1u << 12;  // dp_rank + dp_size <= this
 inline constexpr uint32_t kMaxNumGpuBlocks = 1u << 31;
 inline constexpr size_t kMaxRecordBytes = 64 * 1024;
+inline constexpr size_t kMaxLoraAdapters = 1024;
 
 // "mixed" | "prefill" | "decode".
 std::string_view DisaggModeName(DisaggMode mode);
@@ -69,7 +77,8 @@ absl::StatusOr<WorkerRecord> ParseWorkerRecord(std::string_view json_text);
 absl::StatusOr<WorkerRecord> WorkerRecordFromJson(const nlohmann::json& value);
 
 // The canonical JSON of a record; ParseWorkerRecord(SerializeWorkerRecord(r)) == r
-// for every valid r. kv_replay_endpoint is omitted when empty, num_gpu_blocks when 0.
+// for every valid r. kv_replay_endpoint is omitted when empty, num_gpu_blocks when 0,
+// lora_adapters when empty.
 nlohmann::json WorkerRecordToJson(const WorkerRecord& record);
 std::string SerializeWorkerRecord(const WorkerRecord& record);
 

@@ -126,7 +126,21 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"url": "http://h:1", "dp_size": 0})", "must be positive"},
         BadCase{R"({"url": "http://h:1", "num_gpu_blocks": -1})", "must not be negative"},
         BadCase{R"({"url": "http://h:1", "num_gpu_blocks": 4294967295})", "at most"},
-        BadCase{R"({"url": "http://h:1", "dp_rank": 4095, "dp_size": 2})", "dp_rank + dp_size"}));
+        BadCase{R"({"url": "http://h:1", "dp_rank": 4095, "dp_size": 2})", "dp_rank + dp_size"},
+        BadCase{R"({"url": "http://h:1", "lora_adapters": "a"})", "'lora_adapters'"},
+        BadCase{R"({"url": "http://h:1", "lora_adapters": ["a", ""]})", "non-empty strings"},
+        BadCase{R"({"url": "http://h:1", "lora_adapters": [1]})", "non-empty strings"}));
+
+TEST(WorkerRecordTest, LoraAdaptersRoundTrip) {
+  auto r = ParseWorkerRecord(R"({"url": "http://h:1", "lora_adapters": ["sql-lora", "b"]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->lora_adapters, (std::vector<std::string>{"sql-lora", "b"}));
+  EXPECT_EQ(*ParseWorkerRecord(SerializeWorkerRecord(*r)), *r);
+  // Absent: none, and not written.
+  auto none = ParseWorkerRecord(R"({"url": "http://h:1"})");
+  EXPECT_TRUE(none->lora_adapters.empty());
+  EXPECT_FALSE(WorkerRecordToJson(*none).contains("lora_adapters"));
+}
 
 TEST(WorkerRecordTest, RejectsOversizedText) {
   std::string big = R"({"url": "http://h:1", "pad": ")" + std::string(kMaxRecordBytes, 'x') + "\"}";

@@ -1,5 +1,9 @@
 #include "events/event_applier.h"
 
+#include <algorithm>
+
+#include "core/hashing.h"
+
 namespace infera::events {
 namespace {
 
@@ -17,6 +21,59 @@ bool AcceptGroup(const DecodedEvent& e, TargetApplyState& state) {
 }
 
 }  // namespace
+
+core::StoredKeys AttributeStoredKeys(const DecodedEvent& e, bool salted_traffic) {
+  constexpr uint64_t kUnknown = core::kUnattributableKey;
+  constexpr uint32_t kNone = ExtraKeysSummary::kNone;
+  core::StoredKeys k;
+  if (e.lora_name_malformed) {
+    k.adapter = kUnknown;
+  } else if (e.has_lora_name) {
+    k.adapter = e.lora_name_key;
+  } else if (e.lora_id.has_value()) {
+    k.adapter = kUnknown;  // an adapter known by id only: its name is what vLLM hashes
+  }
+  const bool root = !e.has_parent;
+  const ExtraKeysSummary& x = e.extra_keys;
+  if (!x.present) {
+    // A wire without extra_keys (older vLLM, SGLang): a chain's first block may carry
+    // any salt once salted requests exist.
+    if (root && salted_traffic) k.salt = kUnknown;
+    return k;
+  }
+  if (k.adapter == kUnknown) return k;
+  if (x.malformed || x.entries != e.hash_count) {
+    k.unattributable_from = 0;
+    return k;
+  }
+  if (x.entries == 0) return k;
+  // Entry 0: [lora_name]? [cache_salt]? (the salt only on a chain's first block).
+  const uint32_t lora = k.adapter != 0 ? 1 : 0;
+  bool first_ok = !x.first_other && x.first_strings >= lora && x.first_strings <= lora + 1 &&
+                  (lora == 0 || x.first_key == k.adapter);
+  if (first_ok && x.first_strings == lora + 1) {
+    if (root) {
+      k.salt = x.last_key;
+    } else {
+      first_ok = false;  // a salt on a block that is not a chain's first
+    }
+  }
+  if (!first_ok) {
+    k.unattributable_from = 0;
+    return k;
+  }
+  // Entries 1..: exactly [lora_name], or nil without an adapter.
+  uint32_t from = x.irregular;
+  if (lora == 0) {
+    from = std::min(from, x.single);
+  } else {
+    from = std::min(from, x.empty);
+    from = std::min(from,
+                    x.single != kNone && x.single_key != k.adapter ? x.single : x.single_mismatch);
+  }
+  k.unattributable_from = from;
+  return k;
+}
 
 ApplyStats ApplyEventBatch(core::KvIndex& index, core::TargetId id, const DecodedBatch& batch,
                            TargetApplyState& state) {
@@ -46,7 +103,12 @@ ApplyStats ApplyEventBatch(core::KvIndex& index, core::TargetId id, const Decode
     }
     std::optional<core::BlockHash> parent;
     if (e.has_parent) parent = e.parent_hash;
-    switch (index.ApplyStored(id, parent, batch.HashesOf(e), batch.TokensOf(e), e.tier)) {
+    const core::StoredKeys keys = AttributeStoredKeys(e, index.SaltedTraffic());
+    if (keys.adapter == core::kUnattributableKey || keys.salt == core::kUnattributableKey ||
+        keys.unattributable_from < e.hash_count) {
+      ++stats.unattributed_events;
+    }
+    switch (index.ApplyStored(id, parent, batch.HashesOf(e), batch.TokensOf(e), e.tier, keys)) {
       case core::StoreOutcome::kOk:
         stats.blocks_stored += e.hash_count;
         break;

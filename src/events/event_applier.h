@@ -5,6 +5,11 @@
 //                    re-hashed by the router (core::KvIndex::ApplyStored)
 //   BlockRemoved     engine hashes mapped to router hashes and removed from the tier
 //   AllBlocksCleared the target's set and map emptied
+// A BlockStored's extra keys (LoRA adapter, cache_salt, multimodal identifiers) are
+// attributed by AttributeStoredKeys (doc/kv-events.md §3 "Extra keys"): what the
+// event shows exactly is hashed as vLLM does; what it cannot show (a salt on a wire
+// without extra_keys once salted traffic exists, an adapter known by id only, keys
+// the router does not model) makes the blocks unattributable: never matched.
 // Events that are not prefix KV are skipped: an unknown `medium`, a
 // kv_cache_spec_kind other than full_attention / mla_attention / sink_full_attention,
 // or a group_idx other than 0 that no BlockStored has shown to be a prefix-KV group.
@@ -38,11 +43,16 @@ struct ApplyStats {
   uint64_t evicted_parents = 0;        // ... when the view's bound may have evicted it (skipped)
   uint64_t count_mismatches = 0;       // BlockStored whose hash count != router block count
   uint64_t block_size_mismatches = 0;  // BlockStored with another block_size than the target's
+  uint64_t unattributed_events = 0;    // BlockStored with blocks never matched (extra keys)
   // The last BlockStored block_size that differed from the target's (0: none).
   uint32_t mismatched_block_size = 0;
   // Index of the last AllBlocksCleared event in the batch, or -1.
   int64_t last_clear_index = -1;
 };
+
+// The extra keys of a BlockStored as the router hashes them. `salted_traffic`:
+// KvIndex::SaltedTraffic(). REQUIRES: e.type == kStored.
+core::StoredKeys AttributeStoredKeys(const DecodedEvent& e, bool salted_traffic);
 
 // REQUIRES: `id` is a live target of `index`.
 ApplyStats ApplyEventBatch(core::KvIndex& index, core::TargetId id, const DecodedBatch& batch,

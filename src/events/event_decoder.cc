@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "core/hashing.h"
 #include "events/msgpack_reader.h"
 
 namespace infera::events {
@@ -345,13 +346,82 @@ class Decoder {
         }
         return true;
       }
-      case Field::kLoraName:
+      case Field::kLoraName: {
+        const MsgpackType type = r_.Peek();
+        if (type == MsgpackType::kNil) return r_.ReadNil();
+        if (type != MsgpackType::kStr) {
+          e.lora_name_malformed = true;  // unattributable (applier), not a bad batch
+          return r_.Skip();
+        }
+        std::string_view name;
+        if (!r_.ReadStr(name)) return false;
+        e.has_lora_name = true;
+        e.lora_name_key = core::KeyDigest(name);
+        return true;
+      }
       case Field::kExtraKeys:
+        return ExtraKeys(e.extra_keys);
       case Field::kSlidingWindow:
       case Field::kUnknown:
         return r_.Skip();
     }
     return Bad("unreachable field");
+  }
+
+  // extra_keys: nil | array of (nil | array of items); summarised as it is read.
+  bool ExtraKeys(ExtraKeysSummary& x) {
+    const MsgpackType type = r_.Peek();
+    if (type == MsgpackType::kNil) return r_.ReadNil();
+    x.present = true;
+    if (type != MsgpackType::kArray) {
+      x.malformed = true;
+      return r_.Skip();
+    }
+    uint32_t n;
+    if (!r_.ReadArrayHeader(n)) return false;
+    x.entries = n;
+    for (uint32_t j = 0; j < n; ++j) {
+      uint32_t strings = 0;
+      bool other = false;
+      uint64_t first = 0, last = 0;
+      const MsgpackType entry = r_.Peek();
+      if (entry == MsgpackType::kNil) {
+        if (!r_.ReadNil()) return false;
+      } else if (entry != MsgpackType::kArray) {
+        x.malformed = true;
+        if (!r_.Skip()) return false;
+      } else {
+        uint32_t items;
+        if (!r_.ReadArrayHeader(items)) return false;
+        for (uint32_t k = 0; k < items; ++k) {
+          if (r_.Peek() != MsgpackType::kStr) {
+            other = true;  // a multimodal tuple, embedding bytes, ...
+            if (!r_.Skip()) return false;
+            continue;
+          }
+          std::string_view item;
+          if (!r_.ReadStr(item)) return false;
+          last = core::KeyDigest(item);
+          if (strings++ == 0) first = last;
+        }
+      }
+      if (j == 0) {
+        x.first_strings = static_cast<uint8_t>(strings < 255 ? strings : 255);
+        x.first_other = other;
+        x.first_key = first;
+        x.last_key = last;
+      } else if (other || strings >= 2) {
+        if (x.irregular == ExtraKeysSummary::kNone) x.irregular = j;
+      } else if (strings == 0) {
+        if (x.empty == ExtraKeysSummary::kNone) x.empty = j;
+      } else if (x.single == ExtraKeysSummary::kNone) {
+        x.single = j;
+        x.single_key = first;
+      } else if (first != x.single_key && x.single_mismatch == ExtraKeysSummary::kNone) {
+        x.single_mismatch = j;
+      }
+    }
+    return true;
   }
 
   MsgpackReader r_;

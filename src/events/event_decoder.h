@@ -38,6 +38,32 @@ enum class EventType : uint8_t { kStored, kRemoved, kCleared };
 // Limits beyond which a payload is rejected (a real batch is far smaller).
 inline constexpr size_t kMaxPayloadBytes = 64u << 20;
 
+// What a BlockStored's `extra_keys` said (vLLM: one entry per block hash, nil or the
+// tuple of the keys its block hash covered: the LoRA name, multimodal identifiers,
+// the cache_salt on a chain's first block, prompt-embedding digests). A summary of
+// O(1) size per event; the applier resolves it against lora_name
+// (AttributeStoredKeys, doc/kv-events.md §3 "Extra keys").
+struct ExtraKeysSummary {
+  static constexpr uint32_t kNone = UINT32_MAX;
+  bool present = false;    // an array was sent (absent and nil: the wire is salt-blind)
+  bool malformed = false;  // not an array, or an entry that is neither nil nor an array
+  uint32_t entries = 0;
+  // Entry 0: its string items (saturating at 255), whether it has another item, and
+  // the KeyDigest of its first and last string.
+  uint8_t first_strings = 0;
+  bool first_other = false;
+  uint64_t first_key = 0;
+  uint64_t last_key = 0;
+  // Entries 1..: the first with a non-string item or two strings or more; the first
+  // with no item; the first with exactly one string, that string's KeyDigest, and
+  // the first whose one string differs from it. kNone: no such entry.
+  uint32_t irregular = kNone;
+  uint32_t empty = kNone;
+  uint32_t single = kNone;
+  uint64_t single_key = 0;
+  uint32_t single_mismatch = kNone;
+};
+
 struct DecodedEvent {
   EventType type = EventType::kCleared;
   // Storage tier from `medium` (absent/nil -> device).
@@ -53,6 +79,11 @@ struct DecodedEvent {
   int64_t group_idx = 0;
   uint32_t block_size = 0;  // 0: absent (BlockRemoved, AllBlocksCleared)
   std::optional<int64_t> lora_id;
+  // lora_name: absent/nil (no adapter), a string (its KeyDigest), or another type.
+  bool has_lora_name = false;
+  bool lora_name_malformed = false;
+  uint64_t lora_name_key = 0;
+  ExtraKeysSummary extra_keys{};
   // Ranges into DecodedBatch::hashes / DecodedBatch::tokens.
   uint32_t hash_begin = 0;
   uint32_t hash_count = 0;

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "core/hashing.h"
 #include "events/golden_payloads.h"
 
 namespace infera::events {
@@ -99,6 +100,43 @@ TEST(EventDecoder, BytesHashesTakeLastEightBytesBigEndian) {
   EXPECT_EQ(e.group_idx, 0);
   EXPECT_TRUE(e.has_spec_kind);
   EXPECT_TRUE(e.usable);
+}
+
+TEST(EventDecoder, LoraNameAndExtraKeysAreSummarised) {
+  DecodedBatch b = MustDecode(golden::kVllmSaltedLora);
+  ASSERT_EQ(b.events.size(), 2u);
+  const DecodedEvent& root = b.events[0];
+  EXPECT_TRUE(root.has_lora_name);
+  EXPECT_EQ(root.lora_name_key, core::KeyDigest("sql-lora"));
+  const ExtraKeysSummary& x = root.extra_keys;
+  EXPECT_TRUE(x.present);
+  EXPECT_FALSE(x.malformed);
+  EXPECT_EQ(x.entries, 2u);
+  EXPECT_EQ(x.first_strings, 2u);
+  EXPECT_FALSE(x.first_other);
+  EXPECT_EQ(x.first_key, core::KeyDigest("sql-lora"));
+  EXPECT_EQ(x.last_key, core::KeyDigest("tenant-a"));
+  EXPECT_EQ(x.single, 1u);
+  EXPECT_EQ(x.single_key, core::KeyDigest("sql-lora"));
+  EXPECT_EQ(x.irregular, ExtraKeysSummary::kNone);
+  EXPECT_EQ(x.single_mismatch, ExtraKeysSummary::kNone);
+  DecodedBatch mm = MustDecode(golden::kVllmMultimodal);
+  EXPECT_FALSE(mm.events[0].has_lora_name);
+  EXPECT_EQ(mm.events[0].extra_keys.first_strings, 0u);
+  EXPECT_EQ(mm.events[0].extra_keys.irregular, 1u);  // the (identifier, offset) tuple
+}
+
+TEST(EventDecoder, OddLoraNameAndExtraKeysAreNotBatchErrors) {
+  // lora_name 5 and extra_keys "x": the events decode; the applier cannot attribute them.
+  DecodedBatch b =
+      MustDecode("92 00 91 99 ab 'BlockStored' 91 01 c0 94 01 02 03 04 04 c0 c0 05 a1 'x'");
+  EXPECT_TRUE(b.events[0].lora_name_malformed);
+  EXPECT_TRUE(b.events[0].extra_keys.present);
+  EXPECT_TRUE(b.events[0].extra_keys.malformed);
+  // An entry that is neither nil nor an array.
+  DecodedBatch c =
+      MustDecode("92 00 91 99 ab 'BlockStored' 91 01 c0 94 01 02 03 04 04 c0 c0 c0 91 07");
+  EXPECT_TRUE(c.events[0].extra_keys.malformed);
 }
 
 TEST(EventDecoder, GroupsKindsAndBigrams) {

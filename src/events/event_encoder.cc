@@ -9,9 +9,21 @@ namespace {
 
 using Writer = MsgpackWriter;
 
+void EncodeExtraKeys(Writer& w, const Stored& s) {
+  w.Array(s.extra_keys->size());
+  for (const auto& entry : *s.extra_keys) {
+    if (!entry) {
+      w.Nil();
+      continue;
+    }
+    w.Array(entry->size());
+    for (const std::string& key : *entry) w.Str(key);
+  }
+}
+
 void EncodeMapEvent(Writer& w, const KvEvent& event) {
   if (const auto* s = std::get_if<Stored>(&event)) {
-    w.Map(8);
+    w.Map(s->extra_keys ? 9 : 8);
     w.Str("type");
     w.Str("BlockStored");
     w.Str("block_hashes");
@@ -27,7 +39,11 @@ void EncodeMapEvent(Writer& w, const KvEvent& event) {
     w.Str("medium");
     w.OptStr(s->medium);
     w.Str("lora_name");
-    w.Nil();
+    w.OptStr(s->lora_name);
+    if (s->extra_keys) {
+      w.Str("extra_keys");
+      EncodeExtraKeys(w, *s);
+    }
   } else if (const auto* r = std::get_if<Removed>(&event)) {
     w.Map(3);
     w.Str("type");
@@ -47,7 +63,7 @@ void EncodeArrayEvent(Writer& w, const KvEvent& event, WireShape shape) {
   const bool sglang = shape == WireShape::kSglang;
   if (const auto* s = std::get_if<Stored>(&event)) {
     const bool with_medium = !sglang || s->medium.has_value();
-    w.Array(sglang ? (with_medium ? 7 : 6) : 8);
+    w.Array(sglang ? (with_medium ? 7 : 6) : (s->extra_keys ? 9 : 8));
     w.Str("BlockStored");
     w.Hashes(s->engine_hashes);
     s->parent ? w.Uint(*s->parent) : w.Nil();
@@ -55,7 +71,10 @@ void EncodeArrayEvent(Writer& w, const KvEvent& event, WireShape shape) {
     w.Uint(s->block_size);
     s->lora_id ? w.Int(*s->lora_id) : w.Nil();
     if (with_medium) w.OptStr(s->medium);
-    if (!sglang) w.Nil();  // lora_name
+    if (!sglang) {
+      w.OptStr(s->lora_name);
+      if (s->extra_keys) EncodeExtraKeys(w, *s);
+    }
   } else if (const auto* r = std::get_if<Removed>(&event)) {
     const bool with_medium = !sglang || r->medium.has_value();
     w.Array(with_medium ? 3 : 2);

@@ -26,6 +26,11 @@ struct Stored {
   uint32_t block_size = 16;
   std::optional<std::string> medium{};  // "GPU", "CPU", ...; nullopt: nil (= GPU)
   std::optional<int64_t> lora_id{};
+  std::optional<std::string> lora_name{};  // the LoRA adapter's name; nullopt: nil
+  // vLLM's extra_keys: one entry per block, nil or the string keys its hash covered
+  // (the LoRA name, then the cache_salt on a chain's first block); nullopt: the field
+  // is omitted (older vLLM, SGLang: the wire does not show a salt).
+  std::optional<std::vector<std::optional<std::vector<std::string>>>> extra_keys{};
 };
 
 struct Removed {
@@ -45,12 +50,13 @@ struct EventBatch {
 
 enum class WireShape : uint8_t {
   // vLLM today: map batch {"ts","events","data_parallel_rank"?} with tagged-map events
-  // {"type":"BlockStored",...}; defaulted trailing fields (extra_keys, group_idx,
-  // kv_cache_spec_*) omitted, fields without defaults (lora_id, medium, lora_name)
-  // always present.
+  // {"type":"BlockStored",...}; defaulted trailing fields (extra_keys when unset,
+  // group_idx, kv_cache_spec_*) omitted, fields without defaults (lora_id, medium,
+  // lora_name) always present.
   kVllm,
   // Older vLLM: array batch [ts, events, dp_rank?] with tagged-array events
-  // ["BlockStored", hashes, parent, tokens, block_size, lora_id, medium, lora_name].
+  // ["BlockStored", hashes, parent, tokens, block_size, lora_id, medium, lora_name,
+  // extra_keys?] (extra_keys only when set).
   kVllmArray,
   // SGLang: array batch [ts, events, attn_dp_rank?] with tagged-array events
   // ["BlockStored", hashes, parent, tokens, block_size, lora_id, medium?],

@@ -103,6 +103,39 @@ inline constexpr std::string_view kVllmBytesHashes =
     "    91 92 a2 'mm' 01"
     "    00 ae 'full_attention' c0";
 
+// vLLM today, a LoRA request with a cache_salt: extra_keys lists per block what its
+// hash covered (kv_cache_utils.generate_block_hash_extra_keys: the LoRA name first,
+// the salt on the chain's first block only), then a child event chained to block 12:
+//   {"ts": 0, "events": [
+//     {"type": "BlockStored", "block_hashes": [11, 12], "parent_block_hash": nil,
+//      "token_ids": [1..8], "block_size": 4, "lora_id": 1, "medium": "GPU",
+//      "lora_name": "sql-lora", "extra_keys": [["sql-lora", "tenant-a"], ["sql-lora"]]},
+//     {"type": "BlockStored", "block_hashes": [13], "parent_block_hash": 12,
+//      "token_ids": [9, 10, 11, 12], "block_size": 4, "lora_id": 1, "medium": "GPU",
+//      "lora_name": "sql-lora", "extra_keys": [["sql-lora"]]}]}
+inline constexpr std::string_view kVllmSaltedLora =
+    "82 a2 'ts' 00 a6 'events' 92"
+    " 89 a4 'type' ab 'BlockStored' ac 'block_hashes' 92 0b 0c b1 'parent_block_hash' c0"
+    "    a9 'token_ids' 98 01 02 03 04 05 06 07 08 aa 'block_size' 04 a7 'lora_id' 01"
+    "    a6 'medium' a3 'GPU' a9 'lora_name' a8 'sql-lora'"
+    "    aa 'extra_keys' 92 92 a8 'sql-lora' a8 'tenant-a' 91 a8 'sql-lora'"
+    " 89 a4 'type' ab 'BlockStored' ac 'block_hashes' 91 0d b1 'parent_block_hash' 0c"
+    "    a9 'token_ids' 94 09 0a 0b 0c aa 'block_size' 04 a7 'lora_id' 01"
+    "    a6 'medium' a3 'GPU' a9 'lora_name' a8 'sql-lora'"
+    "    aa 'extra_keys' 91 91 a8 'sql-lora'";
+
+// vLLM today, a multimodal request: an image starts in the second block, whose extra
+// keys hold the (identifier, offset) tuple:
+//   {"ts": 0, "events": [{"type": "BlockStored", "block_hashes": [21, 22],
+//     "parent_block_hash": nil, "token_ids": [1..8], "block_size": 4, "lora_id": nil,
+//     "medium": "GPU", "lora_name": nil, "extra_keys": [nil, [["img0", 1]]]}]}
+inline constexpr std::string_view kVllmMultimodal =
+    "82 a2 'ts' 00 a6 'events' 91"
+    " 89 a4 'type' ab 'BlockStored' ac 'block_hashes' 92 15 16 b1 'parent_block_hash' c0"
+    "    a9 'token_ids' 98 01 02 03 04 05 06 07 08 aa 'block_size' 04 a7 'lora_id' c0"
+    "    a6 'medium' a3 'GPU' a9 'lora_name' c0"
+    "    aa 'extra_keys' 92 c0 91 92 a4 'img0' 01";
+
 // Group filtering and bigram token ids:
 //   [0, [["BlockStored", [1], nil, [[1,2],[2,3],[3,4],[4,5]], 4, nil, nil, nil, nil, nil,
 //         "sliding_window", 128],                      -> not prefix KV: skipped
@@ -129,6 +162,8 @@ inline constexpr Golden kAll[] = {
     {"vllm_map", kVllmMap},
     {"vllm_array_of_maps", kVllmArrayOfMaps},
     {"vllm_bytes_hashes", kVllmBytesHashes},
+    {"vllm_salted_lora", kVllmSaltedLora},
+    {"vllm_multimodal", kVllmMultimodal},
     {"groups_and_bigrams", kGroupsAndBigrams},
 };
 

@@ -34,9 +34,20 @@ std::string AdminViews::ModelsJson() const {
   const std::shared_ptr<const Fleet> fleet = workers_.Snapshot();
   for (const auto& w : *fleet) {
     const std::string& m = w->record.model_name;
-    if (m.empty() || std::find(seen.begin(), seen.end(), m) != seen.end()) continue;
-    seen.push_back(m);
-    data.push_back({{"id", m}, {"object", "model"}, {"created", 0}, {"owned_by", "infera"}});
+    if (!m.empty() && std::find(seen.begin(), seen.end(), m) == seen.end()) {
+      seen.push_back(m);
+      data.push_back({{"id", m}, {"object", "model"}, {"created", 0}, {"owned_by", "infera"}});
+    }
+    // LoRA adapters as vLLM lists them: with their base model as parent.
+    for (const std::string& a : w->record.lora_adapters) {
+      if (std::find(seen.begin(), seen.end(), a) != seen.end()) continue;
+      seen.push_back(a);
+      data.push_back({{"id", a},
+                      {"object", "model"},
+                      {"created", 0},
+                      {"owned_by", "infera"},
+                      {"parent", m.empty() ? json(nullptr) : json(m)}});
+    }
   }
   return json({{"object", "list"}, {"data", data}}).dump();
 }

@@ -356,6 +356,15 @@ absl::StatusOr<ApiRequest> ParseApiRequest(ApiKind kind, std::string_view body,
       return Invalid(std::string("'") + key + "' must be a non-negative integer");
     }
   }
+  auto salt = Field(b, "cache_salt");
+  req.has_cache_salt_key = salt.has_value();
+  if (salt && !salt->is_null()) {
+    std::string_view v;
+    if (salt->get_string().get(v) != simdjson::SUCCESS || v.empty()) {
+      return Invalid("Parameter 'cache_salt' must be a non-empty string if provided.");
+    }
+    req.cache_salt = std::string(v);
+  }
   for (const char* key : {"session_id", "prompt_cache_key"}) {
     auto it = StringField(doc, key);
     if (it && req.session_id.empty()) req.session_id = std::string(*it);

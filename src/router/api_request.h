@@ -53,6 +53,11 @@ struct ApiRequest {
   // The client's cache-retention hints (cache_control.h): a factor on kv-aware
   // picks' overlap weight.
   CacheRetention cache_retention;
+  // The body's cache_salt (vLLM: isolates the request's prefix cache; it enters the
+  // first block's hash): absent or null -> nullopt; a non-empty string, else 400 as
+  // vLLM's check_cache_salt_support answers.
+  std::optional<std::string> cache_salt{};
+  bool has_cache_salt_key = false;  // the body names cache_salt (null included)
   // The body has a top-level data_parallel_rank or routed_dp_rank (null or a
   // non-negative integer, else the parse fails): the router's pick replaces it
   // (SGLang workers with several DP ranks) or drops it; LegRequest.

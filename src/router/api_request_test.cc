@@ -65,6 +65,31 @@ TEST(ApiRequestTest, RepeatedKeyCountsWithItsLastValueLikePython) {
   EXPECT_TRUE(r->stream);
 }
 
+TEST(ApiRequestTest, CacheSaltAsVllmChecksIt) {
+  auto r = ParseApiRequest(
+      ApiKind::kChat,
+      R"({"model":"m","cache_salt":"s1","messages":[{"role":"user","content":"x"}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->cache_salt, "s1");
+  EXPECT_TRUE(r->has_cache_salt_key);
+  auto n =
+      ParseApiRequest(ApiKind::kCompletions, R"({"model":"m","prompt":[1],"cache_salt":null})");
+  ASSERT_TRUE(n.ok());
+  EXPECT_FALSE(n->cache_salt.has_value());
+  EXPECT_TRUE(n->has_cache_salt_key);
+  auto none = ParseApiRequest(ApiKind::kCompletions, R"({"model":"m","prompt":[1]})");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_cache_salt_key);
+  for (const char* bad : {R"({"model":"m","prompt":[1],"cache_salt":""})",
+                          R"({"model":"m","prompt":[1],"cache_salt":5})",
+                          R"({"model":"m","prompt":[1],"cache_salt":["s"]})"}) {
+    auto b = ParseApiRequest(ApiKind::kCompletions, bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().message(),
+              "Parameter 'cache_salt' must be a non-empty string if provided.");
+  }
+}
+
 TEST(ApiRequestTest, CompletionsStringPromptIsKept) {
   auto r = ParseApiRequest(ApiKind::kCompletions, R"({"model":"m","prompt":"caf\u00e9 \"q\""})");
   ASSERT_TRUE(r.ok()) << r.status();

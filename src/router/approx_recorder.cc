@@ -23,13 +23,13 @@ void ApproxRecorder::Expire(int64_t now_ns) {
 }
 
 void ApproxRecorder::Record(core::TargetId target, std::span<const core::TokenId> tokens,
-                            int64_t now_ns) {
+                            const core::HashKeys& keys, int64_t now_ns) {
   if (tokens.empty()) return;
   const size_t block_size =
       index_.WithIndex([&](const core::KvIndex& index) { return index.BlockSize(target); });
   if (block_size == 0) return;
   chain_.clear();
-  core::AppendChain(tokens, block_size, 0, chain_);
+  core::AppendChain(tokens, block_size, 0, keys, chain_);
   if (chain_.empty()) return;
   removed_.clear();
   std::vector<core::BlockHash> added = cache_.Record(target, chain_, now_ns, removed_);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/approx_cache.h"
+#include "core/hashing.h"
 #include "core/types.h"
 #include "events/shared_kv_index.h"
 
@@ -35,7 +36,9 @@ class ApproxRecorder {
 
   void Expire(int64_t now_ns);
   // `tokens`: the routed prompt; nothing is recorded for an empty one.
-  void Record(core::TargetId target, std::span<const core::TokenId> tokens, int64_t now_ns);
+  // `keys`: the request's extra keys (its blocks hash as the pick's did).
+  void Record(core::TargetId target, std::span<const core::TokenId> tokens,
+              const core::HashKeys& keys, int64_t now_ns);
   void RemoveTarget(core::TargetId target);
 
   const ApproxCounters& counters() const { return counters_; }

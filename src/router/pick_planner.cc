@@ -37,10 +37,28 @@ PickPlanner::PickPlanner(const core::PolicyConfig& policy, const events::SharedK
   });
 }
 
+bool PickPlanner::ResolveAdapter(const Fleet& fleet, RequestContext& ctx) {
+  bool adapter = false;
+  for (const auto& wk : fleet) {
+    const auto& names = wk->record.lora_adapters;
+    if (std::find(names.begin(), names.end(), ctx.api.model) != names.end()) {
+      adapter = true;
+      break;
+    }
+  }
+  ctx.hash_keys.adapter = adapter ? core::KeyDigest(ctx.api.model) : 0;
+  return adapter;
+}
+
 bool PickPlanner::Admits(const FleetWorker& wk, const RequestContext& ctx, PlanHistory& history,
-                         int64_t now_ns, bool mixed_only) {
+                         int64_t now_ns, bool mixed_only, bool adapter) {
   history.any_worker = true;
-  if (!wk.record.model_name.empty() && wk.record.model_name != ctx.api.model) return false;
+  if (adapter) {
+    const auto& names = wk.record.lora_adapters;
+    if (std::find(names.begin(), names.end(), ctx.api.model) == names.end()) return false;
+  } else if (!wk.record.model_name.empty() && wk.record.model_name != ctx.api.model) {
+    return false;
+  }
   // Prefill and decode workers are PlanPd's.
   if (mixed_only && wk.record.disagg_mode != discovery::DisaggMode::kMixed) return false;
   history.model_known = true;
@@ -61,13 +79,14 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
   core::PickResult pick;
   std::optional<uint64_t> predicted;
   const FleetWorker* owner = nullptr;
+  const bool adapter = ResolveAdapter(fleet, ctx);
   {
     absl::MutexLock lock(&mu_);
     candidates_.clear();
     owners_.clear();
     untrusted_.clear();
     for (const auto& wk : fleet) {
-      if (!Admits(*wk, ctx, history, pick_start_ns, /*mixed_only=*/true)) continue;
+      if (!Admits(*wk, ctx, history, pick_start_ns, /*mixed_only=*/true, adapter)) continue;
       const bool untrusted = wk->renders_differently.load(std::memory_order_relaxed);
       for (core::TargetId t : wk->targets) {
         candidates_.push_back(t);
@@ -85,6 +104,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     input.role = core::Role::kMixed;
     input.request_id = ctx.request_id;
     if (ctx.tokens) input.tokens = std::span<const core::TokenId>(*ctx.tokens);
+    input.keys = ctx.hash_keys;
     input.estimated_tokens = ctx.api.estimated_tokens;
     input.image_keys = ctx.api.image_keys;
     input.overlap_untrusted = untrusted_;
@@ -92,6 +112,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     size_t block_size = 0;
     if (approx_) approx_->Expire(pick_start_ns);
     auto picked = index_.WithIndex([&](const core::KvIndex& index) {
+      if (input.keys.salt != 0) index.NoteSaltedTraffic();
       auto r = selector_.Pick(input, candidates_);
       if (r.ok()) block_size = index.BlockSize(r->picked);
       return r;
@@ -109,7 +130,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     owner->health.Allow(pick_start_ns);
     pick.picked_name = owner->TargetName(owner->RankIndex(pick.picked));
     if (approx_ && pick.policy == core::Policy::kKvAware && input.tokens) {
-      approx_->Record(pick.picked, *input.tokens, pick_start_ns);
+      approx_->Record(pick.picked, *input.tokens, input.keys, pick_start_ns);
     }
     const std::string_view session = sessions_.Bind(pick.role, pick.picked);
     if (spdlog::should_log(spdlog::level::info)) {
@@ -149,13 +170,14 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
   core::PdPlan pd;
   const FleetWorker* prefill_owner = nullptr;
   const FleetWorker* main_owner = nullptr;
+  const bool adapter = ResolveAdapter(fleet, ctx);
   {
     absl::MutexLock lock(&mu_);
     pd_candidates_.clear();
     owners_.clear();
     untrusted_.clear();
     for (const auto& wk : fleet) {
-      if (!Admits(*wk, ctx, history, pick_start_ns, /*mixed_only=*/false)) continue;
+      if (!Admits(*wk, ctx, history, pick_start_ns, /*mixed_only=*/false, adapter)) continue;
       const auto mode = static_cast<core::Role>(static_cast<uint8_t>(wk->record.disagg_mode));
       const bool untrusted = wk->renders_differently.load(std::memory_order_relaxed);
       for (core::TargetId t : wk->targets) {
@@ -169,14 +191,17 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     core::RoutingInput input;
     input.request_id = ctx.request_id;
     if (ctx.tokens) input.tokens = std::span<const core::TokenId>(*ctx.tokens);
+    input.keys = ctx.hash_keys;
     input.estimated_tokens = ctx.api.estimated_tokens;
     input.image_keys = ctx.api.image_keys;
     input.overlap_untrusted = untrusted_;
     input.overlap_weight_factor = RetentionWeightFactor(ctx.api.cache_retention);
     if (approx_) approx_->Expire(pick_start_ns);
     if (demand_mode_ != core::DemandMode::kOff) demand_.Begin(ctx);
-    auto planned = index_.WithIndex(
-        [&](const core::KvIndex&) { return pd_planner_.Plan(input, pd_candidates_); });
+    auto planned = index_.WithIndex([&](const core::KvIndex& index) {
+      if (input.keys.salt != 0) index.NoteSaltedTraffic();
+      return pd_planner_.Plan(input, pd_candidates_);
+    });
     if (!planned.ok()) {
       const absl::StatusCode code = planned.status().code();
       if (code == absl::StatusCode::kUnimplemented) return planned.status();
@@ -206,8 +231,8 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     pd.main.picked_name = main_owner->TargetName(main_owner->RankIndex(pd.main.picked));
     if (approx_ && pd.main.policy == core::Policy::kKvAware && input.tokens) {
       // The decode engine holds the transferred KV too.
-      if (pd.prefill) approx_->Record(pd.prefill->picked, *input.tokens, pick_start_ns);
-      approx_->Record(pd.main.picked, *input.tokens, pick_start_ns);
+      if (pd.prefill) approx_->Record(pd.prefill->picked, *input.tokens, input.keys, pick_start_ns);
+      approx_->Record(pd.main.picked, *input.tokens, input.keys, pick_start_ns);
     }
     const std::string_view session = sessions_.Bind(pd.main.role, pd.main.picked);
     if (log) spdlog::info("{}{}", core::FormatPickLog(pd.main), session);

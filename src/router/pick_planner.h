@@ -7,9 +7,12 @@
 // Nothing holds it across I/O.
 //
 // Candidates of a mixed plan: the targets (DP ranks) of workers that serve the
-// request's model (or any model when the record names none), are not decode-only,
-// were not tried by an earlier attempt of the same request, are not retired, pass
-// their active health checks (WorkerLiveness), and whose breaker admits a request now.
+// request's model (or any model when the record names none) — or, when `model` is a
+// LoRA adapter some worker lists (record lora_adapters), the workers listing it: the
+// request's blocks then hash with the adapter (ctx.hash_keys, doc/hashing.md) —, are
+// not decode-only, were not tried by an earlier attempt of the same request, are not
+// retired, pass their active health checks (WorkerLiveness), and whose breaker admits a
+// request now.
 //
 // A PD plan (PlanPd) runs core::PdPlanner over the same selector: candidates of every
 // disagg_mode (same filters), a prefill and a decode leg and the pair's protocol, or
@@ -140,8 +143,12 @@ class PickPlanner {
  private:
   // The candidate filter of a plan: model, (mixed plans) disagg_mode, retired, tried,
   // breaker. Notes in `history` what the fleet has.
+  // `adapter`: the request's model is a LoRA adapter of the fleet (ServesAdapter).
   static bool Admits(const FleetWorker& wk, const RequestContext& ctx, PlanHistory& history,
-                     int64_t now_ns, bool mixed_only);
+                     int64_t now_ns, bool mixed_only, bool adapter);
+  // Whether some worker of `fleet` lists `model` among its LoRA adapters; sets
+  // ctx.hash_keys.adapter accordingly.
+  static bool ResolveAdapter(const Fleet& fleet, RequestContext& ctx);
 
   const events::SharedKvIndex& index_;
   const core::Clock& clock_;

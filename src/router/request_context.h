@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/hashing.h"
 #include "core/types.h"
 #include "http/client.h"
 #include "router/api_request.h"
@@ -53,6 +54,10 @@ struct RequestContext {
   // The prompt's token ids: the client's, or rendered and tokenized; nullopt: the
   // bytes/4 estimate in api.estimated_tokens sizes it.
   std::optional<std::vector<core::TokenId>> tokens;
+  // The extra keys the prompt's blocks hash with (doc/hashing.md "Extra keys"): the
+  // salt of the cache_salt the worker receives (the client's, or its tenant's with
+  // --tenant-cache-salt); the adapter when the plan finds `model` is a LoRA adapter.
+  core::HashKeys hash_keys{};
 
   // Times on the router's injected clock.
   int64_t start_ns = 0;

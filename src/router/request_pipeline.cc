@@ -11,14 +11,32 @@
 
 namespace infera::router {
 
+namespace {
+
+// The tenant of a request: the value of `header`, nullopt when absent; a header given
+// twice is refused (which one a gateway in front authenticated is unknown).
+absl::StatusOr<std::optional<std::string_view>> TenantOf(const http::Headers& headers,
+                                                         const std::string& header) {
+  std::optional<std::string_view> tenant;
+  for (const http::Headers::Field& f : headers.fields()) {
+    if (!http::Headers::EqualsIgnoreCase(f.name, header)) continue;
+    if (tenant) return absl::InvalidArgumentError("header " + header + " is given more than once");
+    tenant = f.value;
+  }
+  return tenant;
+}
+
+}  // namespace
+
 RequestPipeline::RequestPipeline(int64_t request_timeout_ms, const PromptEncoder& encoder,
                                  Dispatcher& dispatcher, const core::Clock& clock,
-                                 RouterMetrics& metrics)
+                                 RouterMetrics& metrics, const TenantSalt* tenant_salt)
     : request_timeout_ms_(request_timeout_ms),
       encoder_(encoder),
       dispatcher_(dispatcher),
       clock_(clock),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      tenant_salt_(tenant_salt) {}
 
 http::Awaitable<void> RequestPipeline::Serve(ApiKind kind, http::Request& req,
                                              http::ResponseWriter& w, std::string request_id) {
@@ -60,6 +78,20 @@ http::Awaitable<void> RequestPipeline::Run(RequestContext& ctx, http::Request& r
       parsed = s;
     }
   }
+  // The salt the worker gets: the client's, or its tenant's (doc/router.md "Tenant
+  // isolation").
+  std::optional<std::string> salt;
+  if (parsed.ok()) {
+    salt = parsed->cache_salt;
+    if (tenant_salt_ != nullptr) {
+      auto tenant = TenantOf(req.headers, tenant_salt_->header());
+      if (tenant.ok()) {
+        salt = tenant_salt_->Derive(*tenant, parsed->cache_salt);
+      } else {
+        parsed = tenant.status();
+      }
+    }
+  }
   ctx.parse_s = SecondsSince(ctx.start_ns);
   if (!parsed.ok()) {
     ctx.End(Outcome::kClientError, 400);
@@ -71,10 +103,16 @@ http::Awaitable<void> RequestPipeline::Run(RequestContext& ctx, http::Request& r
   // What goes upstream.
   ctx.upstream_path = kind == ApiKind::kCompletions ? "/v1/completions" : "/v1/chat/completions";
   if (kind == ApiKind::kMessages) {
-    ctx.upstream_body = AnthropicToChat(ctx.api.body).dump();
+    nlohmann::json chat = AnthropicToChat(ctx.api.body);
+    if (salt) chat["cache_salt"] = *salt;
+    ctx.upstream_body = chat.dump();
+  } else if (tenant_salt_ != nullptr) {
+    ctx.upstream_body =
+        WithCacheSalt(std::move(req.body), *salt, /*body_has_salt=*/ctx.api.has_cache_salt_key);
   } else {
     ctx.upstream_body = std::move(req.body);
   }
+  if (salt) ctx.hash_keys.salt = core::KeyDigest(*salt);
   ctx.authorization = std::string(req.headers.Get("Authorization"));
   // The body's session_id / prompt_cache_key first (ApiRequest), then the header.
   if (ctx.api.session_id.empty()) ctx.api.session_id = req.headers.Get("X-Session-Id");

@@ -17,6 +17,7 @@
 #include "router/request_pipeline.h"
 #include "router/router_metrics.h"
 #include "router/steady_clock.h"
+#include "router/tenant_salt.h"
 #include "router/worker_set.h"
 #include "spdlog/spdlog.h"
 
@@ -113,8 +114,15 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
       options_.max_attempts, options_.request_timeout_ms, options_.pd, *workers_, *planner_,
       *upstream_, *mixed_dispatcher_, *clock_, *metrics_, SaltFrom(env.seed) ^ 0x5044,
       options_.first_byte_timeout_ms);
-  pipeline_ = std::make_unique<RequestPipeline>(options_.request_timeout_ms, *encoder_,
-                                                *dispatcher_, *clock_, *metrics_);
+  if (!options_.tenant_salt_header.empty()) {
+    tenant_salt_ =
+        std::make_unique<TenantSalt>(options_.tenant_salt_header, options_.tenant_salt_key);
+    // Every request is salted: a chain the events cannot attribute is never matched.
+    index_.WithIndex([](const core::KvIndex& index) { index.NoteSaltedTraffic(); });
+    spdlog::info("router: tenant cache salt from header {}", options_.tenant_salt_header);
+  }
+  pipeline_ = std::make_unique<RequestPipeline>(
+      options_.request_timeout_ms, *encoder_, *dispatcher_, *clock_, *metrics_, tenant_salt_.get());
   readiness_ =
       std::make_unique<Readiness>(options_.ready_after_replay, *events_, *workers_, *clock_);
   views_ = std::make_unique<AdminViews>(*workers_, *planner_, index_, *events_, *metrics_,

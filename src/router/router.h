@@ -51,6 +51,7 @@ class Readiness;
 class RequestIds;
 class RequestPipeline;
 class RouterMetrics;
+class TenantSalt;
 class WorkerSet;
 
 struct RouterOptions {
@@ -99,6 +100,11 @@ struct RouterOptions {
   // --router-replica-sync (doc/replica-sync.md): share in-flight load with the other
   // router replicas over NATS core; nullopt: off.
   std::optional<ReplicaSyncOptions> replica_sync;
+  // --tenant-cache-salt header:NAME (doc/router.md "Tenant isolation"): every request
+  // gets its tenant's cache_salt, keyed by tenant_salt_key (--tenant-cache-salt-key-file,
+  // else random); "" = off.
+  std::string tenant_salt_header;
+  std::string tenant_salt_key;
 };
 
 // What the router takes from its environment; the defaults are the real ones.
@@ -155,7 +161,8 @@ class Router {
   std::unique_ptr<PromptEncoder> encoder_;
   std::unique_ptr<Upstream> upstream_;
   std::unique_ptr<Dispatcher> mixed_dispatcher_;
-  std::unique_ptr<Dispatcher> dispatcher_;  // PD, falling back to the mixed one
+  std::unique_ptr<Dispatcher> dispatcher_;   // PD, falling back to the mixed one
+  std::unique_ptr<TenantSalt> tenant_salt_;  // null: --tenant-cache-salt off
   std::unique_ptr<RequestPipeline> pipeline_;
   std::unique_ptr<AdminViews> views_;
   std::unique_ptr<RequestIds> ids_;

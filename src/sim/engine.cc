@@ -22,6 +22,8 @@ struct Engine::Seq {
   bool admitted = false;
   bool remote_prefill = false;  // EngineRequest::remote_prefill, until first admission
   bool remote_step = false;     // this step runs the last prompt token of a remote prefill
+  CacheKeys keys;
+  core::HashKeys router_keys;  // the router's view of `keys` (track_router_hashes)
 };
 
 Engine::Engine(const EngineConfig& config)
@@ -37,23 +39,26 @@ core::TokenId Engine::GeneratedToken(uint64_t request_id, uint32_t index, uint32
   return static_cast<core::TokenId>(z % (vocab_size == 0 ? 1 : vocab_size));
 }
 
-std::vector<core::BlockHash> Engine::HashBlocks(std::span<const core::TokenId> tokens) const {
+std::vector<core::BlockHash> Engine::HashBlocks(std::span<const core::TokenId> tokens,
+                                                const CacheKeys& keys) const {
   const size_t bs = config_.block_size;
   std::vector<core::BlockHash> out;
   out.reserve(tokens.size() / bs);
   core::BlockHash parent = 0;
   for (size_t i = 0; i + bs <= tokens.size(); i += bs) {
-    parent = EngineHash(parent, tokens.subspan(i, bs), config_.hash_seed);
+    const std::vector<std::string> extra = keys.ExtraKeys(i / bs);
+    parent = EngineHash(parent, tokens.subspan(i, bs), config_.hash_seed, extra);
     out.push_back(parent);
   }
   return out;
 }
 
-size_t Engine::CachedPrefixTokens(std::span<const core::TokenId> prompt) const {
+size_t Engine::CachedPrefixTokens(std::span<const core::TokenId> prompt,
+                                  const CacheKeys& keys) const {
   if (!config_.enable_prefix_caching || prompt.empty()) return 0;
   const size_t max_blocks = (prompt.size() - 1) / config_.block_size;
   std::vector<core::BlockHash> hashes =
-      HashBlocks(prompt.first(std::min(prompt.size(), max_blocks * config_.block_size)));
+      HashBlocks(prompt.first(std::min(prompt.size(), max_blocks * config_.block_size)), keys);
   return cache_.CountCachedPrefix(hashes) * config_.block_size;
 }
 
@@ -71,7 +76,12 @@ bool Engine::AddRequest(EngineRequest request) {
   seq->remote_prefill = request.remote_prefill;
   seq->tokens = std::move(request.prompt);
   seq->tokens.reserve(max_len);
-  seq->hashes = HashBlocks(seq->tokens);
+  seq->keys = std::move(request.keys);
+  if (!seq->keys.cache_salt.empty()) seq->router_keys.salt = core::KeyDigest(seq->keys.cache_salt);
+  if (!seq->keys.lora_name.empty()) {
+    seq->router_keys.adapter = core::KeyDigest(seq->keys.lora_name);
+  }
+  seq->hashes = HashBlocks(seq->tokens, seq->keys);
   waiting_.push_back(seq.get());
   seqs_.emplace(seq->id, std::move(seq));
   return true;
@@ -114,14 +124,14 @@ void Engine::CacheFullBlocks(Seq* seq) {
   while (seq->hashes.size() < full) {
     const size_t i = seq->hashes.size();
     const core::BlockHash parent = i == 0 ? 0 : seq->hashes[i - 1];
-    seq->hashes.push_back(EngineHash(parent, tokens.subspan(i * bs, bs), config_.hash_seed));
+    const std::vector<std::string> extra = seq->keys.ExtraKeys(i);
+    seq->hashes.push_back(EngineHash(parent, tokens.subspan(i * bs, bs), config_.hash_seed, extra));
   }
-  if (config_.track_router_hashes) {
-    while (seq->router_hashes.size() < full) {
-      const size_t i = seq->router_hashes.size();
-      const core::BlockHash parent = i == 0 ? 0 : seq->router_hashes[i - 1];
-      seq->router_hashes.push_back(core::HashChunk(parent, tokens.subspan(i * bs, bs)));
-    }
+  if (config_.track_router_hashes && seq->router_hashes.size() < full) {
+    const size_t i = seq->router_hashes.size();
+    const core::BlockHash parent = i == 0 ? 0 : seq->router_hashes[i - 1];
+    core::AppendChain(tokens.subspan(i * bs, (full - i) * bs), bs, parent, seq->router_keys,
+                      seq->router_hashes);
   }
   if (config_.enable_prefix_caching) {
     const size_t first = seq->cached_blocks;
@@ -133,7 +143,7 @@ void Engine::CacheFullBlocks(Seq* seq) {
     if (first > 0) parent = seq->hashes[first - 1];
     cache_.Cache(std::span<const BlockId>(seq->blocks).subspan(first, full - first),
                  std::span<const core::BlockHash>(seq->hashes).subspan(first, full - first), parent,
-                 tokens.subspan(first * bs, (full - first) * bs), aux);
+                 tokens.subspan(first * bs, (full - first) * bs), aux, seq->keys, first);
   }
   seq->cached_blocks = full;
 }

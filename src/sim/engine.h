@@ -58,6 +58,10 @@ struct EngineRequest {
   // prompt token is run here, timed as a decode step (doc/pd.md). After a preemption
   // the prompt is recomputed locally.
   bool remote_prefill = false;
+  // What vLLM puts in the block hashes besides the tokens: the cache_salt (first
+  // block) and the LoRA adapter (every block). Requests with other keys never share
+  // cached blocks, and their cached_tokens count only their own.
+  CacheKeys keys{};
 };
 
 // One token produced by a step.
@@ -112,9 +116,11 @@ class Engine {
   bool ResetPrefixCache();
 
   // Prompt tokens the cache would serve for `prompt` now (no side effects).
-  size_t CachedPrefixTokens(std::span<const core::TokenId> prompt) const;
+  size_t CachedPrefixTokens(std::span<const core::TokenId> prompt,
+                            const CacheKeys& keys = {}) const;
   // Engine hashes of the full blocks of `tokens`.
-  std::vector<core::BlockHash> HashBlocks(std::span<const core::TokenId> tokens) const;
+  std::vector<core::BlockHash> HashBlocks(std::span<const core::TokenId> tokens,
+                                          const CacheKeys& keys = {}) const;
 
   const KvCache& cache() const { return cache_; }
   std::vector<KvEvent> TakeEvents() { return cache_.TakeEvents(); }

@@ -94,6 +94,60 @@ TEST(EngineTest, EmitsStoredEventsForPromptAndGeneratedBlocks) {
   EXPECT_EQ(ev[0].token_ids, std::vector<TokenId>(p.begin(), p.begin() + 16));
 }
 
+// vLLM's extra keys (kv_cache_utils.generate_block_hash_extra_keys): the cache_salt in
+// the first block's hash, the LoRA adapter in every block's.
+TEST(EngineTest, CacheSaltAndLoraKeepPrefixCachesApart) {
+  Engine e(SmallConfig());
+  const std::vector<TokenId> p = Tokens(70, 3);  // 4 full blocks + 6
+  const CacheKeys a{.cache_salt = "tenant-a"};
+  const CacheKeys b{.cache_salt = "tenant-b"};
+  const CacheKeys lora{.lora_name = "sql-lora", .lora_id = 1};
+  ASSERT_TRUE(e.AddRequest({1, p, 1, false, a}));
+  RunToIdle(e);
+  EXPECT_EQ(e.CachedPrefixTokens(p, a), 64u);  // the same tenant hits
+  EXPECT_EQ(e.CachedPrefixTokens(p, b), 0u);   // another tenant's guess: nothing
+  EXPECT_EQ(e.CachedPrefixTokens(p), 0u);      // nor an unsalted one
+  EXPECT_EQ(e.CachedPrefixTokens(p, lora), 0u);
+  ASSERT_TRUE(e.AddRequest({2, p, 1, false, b}));
+  ASSERT_TRUE(e.AddRequest({3, p, 1, false, lora}));
+  auto out = RunToIdle(e);
+  EXPECT_EQ(out[2][0].cached_tokens, 0u);
+  EXPECT_EQ(out[3][0].cached_tokens, 0u);
+  ASSERT_TRUE(e.AddRequest({4, p, 1, false, lora}));
+  ASSERT_TRUE(e.AddRequest({5, p, 1}));
+  out = RunToIdle(e);
+  EXPECT_EQ(out[4][0].cached_tokens, 64u);  // the same adapter hits
+  EXPECT_EQ(out[5][0].cached_tokens, 0u);   // the base model does not
+}
+
+TEST(EngineTest, StoredEventsCarryLoraAndExtraKeysAsVllm) {
+  EngineConfig cfg = SmallConfig();
+  cfg.track_router_hashes = true;
+  Engine e(cfg);
+  const std::vector<TokenId> p = Tokens(40, 9);  // 2 full prompt blocks
+  const CacheKeys keys{.cache_salt = "s", .lora_name = "sql-lora", .lora_id = 2};
+  ASSERT_TRUE(e.AddRequest({1, p, 1, false, keys}));
+  RunToIdle(e);
+  std::vector<KvEvent> ev = e.TakeEvents();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].lora_id, 2);
+  EXPECT_EQ(ev[0].lora_name, "sql-lora");
+  using L = std::vector<std::string>;
+  ASSERT_EQ(ev[0].extra_keys.size(), 2u);
+  EXPECT_EQ(ev[0].extra_keys[0], (L{"sql-lora", "s"}));
+  EXPECT_EQ(ev[0].extra_keys[1], (L{"sql-lora"}));
+  EXPECT_EQ(ev[0].block_hashes, e.HashBlocks(std::span(p).first(32), keys));
+  // The router hash the engine keeps beside each block is the request's keyed chain.
+  std::vector<core::BlockHash> router;
+  core::AppendChain(std::span(p).first(32), 16, 0,
+                    core::HashKeys{core::KeyDigest("s"), core::KeyDigest("sql-lora")}, router);
+  std::vector<core::BlockHash> aux;
+  for (const auto& [engine, r] : e.cache().CachedBlocks()) aux.push_back(r);
+  std::sort(aux.begin(), aux.end());
+  std::sort(router.begin(), router.end());
+  EXPECT_EQ(aux, router);
+}
+
 TEST(EngineTest, ChunkedPrefillSpreadsALongPromptOverSteps) {
   EngineConfig cfg = SmallConfig();
   cfg.max_num_batched_tokens = 100;

@@ -9,12 +9,25 @@
 namespace infera::sim {
 
 core::BlockHash EngineHash(core::BlockHash parent, std::span<const core::TokenId> tokens,
-                           uint64_t seed) {
+                           uint64_t seed, std::span<const std::string> extra) {
   XXH3_state_t state;
+  XXH3_INITSTATE(&state);
   XXH3_64bits_reset_withSeed(&state, seed);
   XXH3_64bits_update(&state, &parent, sizeof(parent));
   XXH3_64bits_update(&state, tokens.data(), tokens.size() * sizeof(core::TokenId));
+  for (const std::string& key : extra) {
+    const uint32_t n = static_cast<uint32_t>(key.size());
+    XXH3_64bits_update(&state, &n, sizeof(n));
+    XXH3_64bits_update(&state, key.data(), key.size());
+  }
   return XXH3_64bits_digest(&state);
+}
+
+std::vector<std::string> CacheKeys::ExtraKeys(size_t index) const {
+  std::vector<std::string> out;
+  if (!lora_name.empty()) out.push_back(lora_name);
+  if (index == 0 && !cache_salt.empty()) out.push_back(cache_salt);
+  return out;
 }
 
 KvCache::KvCache(size_t num_blocks, size_t block_size)
@@ -116,7 +129,8 @@ void KvCache::Allocate(size_t n, std::vector<BlockId>& out) {
 
 void KvCache::Cache(std::span<const BlockId> blocks, std::span<const core::BlockHash> hashes,
                     std::optional<core::BlockHash> parent, std::span<const core::TokenId> tokens,
-                    std::span<const core::BlockHash> aux) {
+                    std::span<const core::BlockHash> aux, const CacheKeys& keys,
+                    size_t first_index) {
   assert(blocks.size() == hashes.size());
   assert(tokens.size() == blocks.size() * block_size_);
   KvEvent* open = nullptr;  // the BlockStored being extended by consecutive new blocks
@@ -137,10 +151,20 @@ void KvCache::Cache(std::span<const BlockId> blocks, std::span<const core::Block
       ev.kind = KvEvent::Kind::kBlockStored;
       ev.parent_hash = p;
       ev.block_size = static_cast<uint32_t>(block_size_);
+      if (!keys.lora_name.empty()) {
+        ev.lora_id = keys.lora_id;
+        ev.lora_name = keys.lora_name;
+      }
       events_.push_back(std::move(ev));
       open = &events_.back();
     }
     open->block_hashes.push_back(h);
+    std::vector<std::string> extra = keys.ExtraKeys(first_index + i);
+    if (extra.empty()) {
+      open->extra_keys.emplace_back();
+    } else {
+      open->extra_keys.emplace_back(std::move(extra));
+    }
     auto chunk = tokens.subspan(i * block_size_, block_size_);
     open->token_ids.insert(open->token_ids.end(), chunk.begin(), chunk.end());
   }

@@ -1,10 +1,13 @@
 // KvCache: the simulated engine's paged KV cache with prefix caching (doc/sim.md).
 //
 // `num_blocks` physical blocks of `block_size` tokens. A full block can be
-// *cached* under its engine hash, EngineHash(parent, tokens) — the engine's own
-// chained hash (XXH3-64 with a non-zero seed over the same bytes as the router's,
-// so it never equals the router's hash and the router's engine->router map is
-// exercised). Blocks are reference-counted by the running sequences that use them.
+// *cached* under its engine hash, EngineHash(parent, tokens, seed, extra) — the
+// engine's own chained hash (XXH3-64 with a non-zero seed over the same bytes as the
+// router's, then the block's extra keys, so it never equals the router's hash and the
+// router's engine->router map is exercised). Extra keys are vLLM's
+// (kv_cache_utils.generate_block_hash_extra_keys): a LoRA request's adapter name in
+// every block, a request's cache_salt in its first block; a block without them hashes
+// exactly as before. Blocks are reference-counted by the running sequences that use them.
 // Blocks with refcount 0 sit in a free queue in LRU order (head = evicted first):
 // allocation pops the head, and if that block was cached it is evicted (a
 // BlockRemoved event). A prefix hit on a block in the free queue takes it out of
@@ -17,7 +20,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -28,9 +33,21 @@ namespace infera::sim {
 
 using BlockId = uint32_t;
 
-// The engine's own block hash (seeded XXH3-64 of parent ‖ tokens).
+// The engine's own block hash (seeded XXH3-64 of parent ‖ tokens ‖ for each extra
+// key: its length as u32 LE ‖ its bytes).
 core::BlockHash EngineHash(core::BlockHash parent, std::span<const core::TokenId> tokens,
-                           uint64_t seed);
+                           uint64_t seed, std::span<const std::string> extra = {});
+
+// A request's cache keys beyond its tokens, as vLLM has them.
+struct CacheKeys {
+  std::string cache_salt{};  // empty: none (vLLM refuses an empty salt)
+  std::string lora_name{};   // empty: the base model
+  int64_t lora_id = 0;       // the adapter's id, with lora_name
+
+  // The extra keys of block `index` of a chain: [lora_name] [cache_salt if index 0].
+  std::vector<std::string> ExtraKeys(size_t index) const;
+  bool empty() const { return cache_salt.empty() && lora_name.empty(); }
+};
 
 class KvCache {
  public:
@@ -62,10 +79,12 @@ class KvCache {
   // REQUIRES: blocks.size() == hashes.size(), tokens.size() == bs × blocks.size().
   // `aux` (empty, or one per block) is stored beside each newly cached block and
   // returned by CachedBlocks(): the mock engine keeps the router's hash there for
-  // its debug dump.
+  // its debug dump. `keys` and `first_index` (the index of blocks[0] in its chain)
+  // give the events' lora_id, lora_name and per-block extra_keys.
   void Cache(std::span<const BlockId> blocks, std::span<const core::BlockHash> hashes,
              std::optional<core::BlockHash> parent, std::span<const core::TokenId> tokens,
-             std::span<const core::BlockHash> aux = {});
+             std::span<const core::BlockHash> aux = {}, const CacheKeys& keys = {},
+             size_t first_index = 0);
   // Drops one reference from each block; blocks reaching 0 join the free queue tail
   // in reverse order.
   void Release(std::span<const BlockId> blocks);

@@ -2,7 +2,8 @@
 //
 // They carry exactly what vLLM's KVEventBatch carries (architecture §4):
 // BlockStored (engine block hashes, parent hash or none, the token ids of the
-// stored blocks, block size, medium), BlockRemoved (engine hashes, medium) and
+// stored blocks, block size, medium, the LoRA adapter's id and name, and per block
+// the extra keys its hash covered), BlockRemoved (engine hashes, medium) and
 // AllBlocksCleared. Hashes are the engine's own (see KvCache), never the router's.
 // The wire encoding (msgpack, ZMQ) lives in src/events/publisher.h; the offline
 // simulator applies these structs to the router's index directly.
@@ -10,6 +11,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/types.h"
@@ -24,6 +26,11 @@ struct KvEvent {
   std::vector<core::TokenId> token_ids;        // BlockStored: block_size × block_hashes.size()
   uint32_t block_size = 16;                    // BlockStored
   core::Tier medium = core::Tier::kDevice;     // always GPU for this engine
+  std::optional<int64_t> lora_id{};            // BlockStored of a LoRA request
+  std::optional<std::string> lora_name{};
+  // BlockStored: per stored block, the extra keys of its hash as vLLM lists them
+  // (the LoRA name, then the cache_salt on a chain's first block); nullopt: none.
+  std::vector<std::optional<std::vector<std::string>>> extra_keys{};
 };
 
 }  // namespace infera::sim

@@ -73,11 +73,12 @@ def poll(fn, what, timeout=20, interval=0.05):
     raise AssertionError("timed out: " + what)
 
 
-def http(method, url, body=None, timeout=30):
-    """One JSON request; returns (status, body text, headers). Connection errors raise."""
+def http(method, url, body=None, timeout=30, headers=None):
+    """One JSON request (with `headers` added); returns (status, body text, headers).
+    Connection errors raise."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read().decode(), dict(r.headers)
