@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <future>
 #include <map>
@@ -263,6 +264,26 @@ std::optional<std::pair<double, double>> PrefixCounters(http::IoPool& pool,
   return total;
 }
 
+// {"ttft_ms", "met", "goodput_rps"}: requests completed with TTFT <= slo_ms, and their
+// number per second of the span from the first to the last arrival.
+nlohmann::json OnlineGoodput(const std::vector<RequestRecord>& records, double slo_ms) {
+  size_t met = 0;
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  for (const RequestRecord& r : records) {
+    first = std::min(first, r.arrival_ns);
+    last = std::max(last, r.arrival_ns);
+    if (!r.failed && r.finish_ns >= 0 && r.first_token_ns >= 0 &&
+        static_cast<double>(r.first_token_ns - r.arrival_ns) / 1e6 <= slo_ms) {
+      ++met;
+    }
+  }
+  const double span_s =
+      records.empty() ? 0 : std::max(1e-3, static_cast<double>(last - first) / 1e9);
+  return {{"ttft_ms", slo_ms},
+          {"met", met},
+          {"goodput_rps", span_s > 0 ? static_cast<double>(met) / span_s : 0.0}};
+}
+
 }  // namespace
 
 void AddOnlineFlags(CLI::App& app, OnlineFlags& f) {
@@ -278,6 +299,10 @@ void AddOnlineFlags(CLI::App& app, OnlineFlags& f) {
   app.add_option("--num-gpu-blocks", f.num_gpu_blocks, "blocks per engine (pooled bound)");
   app.add_option("--block-size", f.block_size, "block size (bounds)")->check(CLI::Range(1, 4096));
   app.add_option("--timeout-s", f.timeout_s, "per-request timeout");
+  app.add_option("--slo-ttft-ms", f.slo_ttft_ms,
+                 "online goodput: completed requests with TTFT <= this per second of the "
+                 "arrival span (JSON \"slo\" of each result)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--json", f.json_path, "write the JSON report here");
   app.add_option("--svg-dir", f.svg_dir, "write ttft_cdf.svg and load.svg here");
 }
@@ -358,6 +383,7 @@ int RunOnline(const OnlineFlags& flags) {
                                                  std::max<uint64_t>(1, s.prompt_tokens)}};
       }
     }
+    if (flags.slo_ttft_ms > 0) s.extra["slo"] = OnlineGoodput(records, flags.slo_ttft_ms);
     LoadFromRecords(records, workers, 400, s);
     report.results.push_back(std::move(s));
   }
