@@ -341,48 +341,38 @@ def _fleet(argv):
                     help="each policy's router gets its own engines")
     args = ap.parse_args(argv[:cut])
     cmd = argv[cut + 1:]
-    if args.separate_engines:
-        return _separate_fleets(args, cmd)
     with Processes(log_dir=args.log_dir) as procs:
-        workers, resets = [], []
-        for i in range(args.engines):
-            _, f = start_engine(procs, args.engine, f"engine{i}", *args.engine_args.split())
-            workers.append(worker_flag(f))
-            resets += ["--reset-engine", f"http://127.0.0.1:{f['port']}"]
-        routers = []
+        appended, shared = [], None
         for policy in args.policies.split(","):
+            if shared is None or args.separate_engines:
+                shared = _engines(procs, args, f"engine-{policy}-" if args.separate_engines
+                                  else "engine")
+            workers, resets = shared
             _, base = start_router(procs, args.router, workers, "--router-policy", policy,
                                    name=f"router-{policy}")
-            routers += ["--router", f"{policy}={base}"]
-        print(f"{args.prefix}: {args.engines} mock engines, routers: {' '.join(routers)}",
-              flush=True)
-        code = subprocess.call(cmd + routers + resets)
+            appended += ["--router", f"{policy}={base}"]
+            if args.separate_engines:
+                appended += resets
+        if not args.separate_engines:
+            appended += resets
+        print(f"{args.prefix}: {args.engines} mock engines"
+              f"{' per policy' if args.separate_engines else ''}, routers: "
+              f"{' '.join(a for a in appended if '=' in a)}", flush=True)
+        code = subprocess.call(cmd + appended)
         if code < 0:  # as a shell says it: 128 + the signal
             print(f"{args.prefix}: {cmd[0]} killed by signal {-code}", flush=True)
             code = 128 - code
         return code
 
 
-def _separate_fleets(args, cmd):
-    with Processes(log_dir=args.log_dir) as procs:
-        appended = []
-        for policy in args.policies.split(","):
-            workers, resets = [], []
-            for i in range(args.engines):
-                _, f = start_engine(procs, args.engine, f"engine-{policy}-{i}",
-                                    *args.engine_args.split())
-                workers.append(worker_flag(f))
-                resets += ["--reset-engine", f"http://127.0.0.1:{f['port']}"]
-            _, base = start_router(procs, args.router, workers, "--router-policy", policy,
-                                   name=f"router-{policy}")
-            appended += ["--router", f"{policy}={base}", *resets]
-        print(f"{args.prefix}: {args.engines} mock engines per policy, "
-              f"{' '.join(a for a in appended if '=' in a)}", flush=True)
-        code = subprocess.call(cmd + appended)
-        if code < 0:
-            print(f"{args.prefix}: {cmd[0]} killed by signal {-code}", flush=True)
-            code = 128 - code
-        return code
+def _engines(procs, args, prefix):
+    """Starts args.engines mock engines; returns (their --worker flags, --reset-engine args)."""
+    workers, resets = [], []
+    for i in range(args.engines):
+        _, f = start_engine(procs, args.engine, f"{prefix}{i}", *args.engine_args.split())
+        workers.append(worker_flag(f))
+        resets += ["--reset-engine", f"http://127.0.0.1:{f['port']}"]
+    return workers, resets
 
 
 if __name__ == "__main__":
