@@ -36,8 +36,9 @@ struct OnlineFlags {
   size_t block_size = 16;
   double timeout_s = 300;
   // Online goodput: requests that completed with TTFT <= this, per second of the
-  // replay's arrival span; written as "slo": {"ttft_ms", "met", "goodput_rps"} in each
-  // result (0: not computed). Not the offline goodput (a rate search).
+  // workload's scheduled arrival span; written as "slo": {"ttft_ms", "met",
+  // "goodput_rps"} in each result (0: not computed). Not the offline goodput (a rate
+  // search).
   double slo_ttft_ms = 0;
   std::string json_path;
   std::string svg_dir;
