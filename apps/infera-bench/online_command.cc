@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <future>
 #include <map>
@@ -263,6 +264,30 @@ std::optional<std::pair<double, double>> PrefixCounters(http::IoPool& pool,
   return total;
 }
 
+// {"ttft_ms", "met", "goodput_rps"}: requests completed with TTFT <= slo_ms, and their
+// number per second of the workload's scheduled arrival span (not the send times: a
+// starved client sends late, which must not shorten the span).
+nlohmann::json OnlineGoodput(const std::vector<RequestRecord>& records,
+                             const sim::Workload& workload, double slo_ms) {
+  size_t met = 0;
+  for (const RequestRecord& r : records) {
+    if (!r.failed && r.finish_ns >= 0 && r.first_token_ns >= 0 &&
+        static_cast<double>(r.first_token_ns - r.arrival_ns) / 1e6 <= slo_ms) {
+      ++met;
+    }
+  }
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  for (const sim::WorkloadRequest& w : workload.requests) {
+    first = std::min(first, w.arrival_ns);
+    last = std::max(last, w.arrival_ns);
+  }
+  const double span_s =
+      workload.requests.empty() ? 0 : std::max(1.0, static_cast<double>(last - first) / 1e9);
+  return {{"ttft_ms", slo_ms},
+          {"met", met},
+          {"goodput_rps", span_s > 0 ? static_cast<double>(met) / span_s : 0.0}};
+}
+
 }  // namespace
 
 void AddOnlineFlags(CLI::App& app, OnlineFlags& f) {
@@ -278,6 +303,10 @@ void AddOnlineFlags(CLI::App& app, OnlineFlags& f) {
   app.add_option("--num-gpu-blocks", f.num_gpu_blocks, "blocks per engine (pooled bound)");
   app.add_option("--block-size", f.block_size, "block size (bounds)")->check(CLI::Range(1, 4096));
   app.add_option("--timeout-s", f.timeout_s, "per-request timeout");
+  app.add_option("--slo-ttft-ms", f.slo_ttft_ms,
+                 "online goodput: completed requests with TTFT <= this per second of the "
+                 "arrival span (JSON \"slo\" of each result)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--json", f.json_path, "write the JSON report here");
   app.add_option("--svg-dir", f.svg_dir, "write ttft_cdf.svg and load.svg here");
 }
@@ -358,6 +387,8 @@ int RunOnline(const OnlineFlags& flags) {
                                                  std::max<uint64_t>(1, s.prompt_tokens)}};
       }
     }
+    if (flags.slo_ttft_ms > 0)
+      s.extra["slo"] = OnlineGoodput(records, *workload, flags.slo_ttft_ms);
     LoadFromRecords(records, workers, 400, s);
     report.results.push_back(std::move(s));
   }

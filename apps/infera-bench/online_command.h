@@ -35,6 +35,11 @@ struct OnlineFlags {
   size_t num_gpu_blocks = 0;  // per engine, for the pooled bound
   size_t block_size = 16;
   double timeout_s = 300;
+  // Online goodput: requests that completed with TTFT <= this, per second of the
+  // workload's scheduled arrival span; written as "slo": {"ttft_ms", "met",
+  // "goodput_rps"} in each result (0: not computed). Not the offline goodput (a rate
+  // search).
+  double slo_ttft_ms = 0;
   std::string json_path;
   std::string svg_dir;
 };

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <random>
 
 #include "discovery/etcd_registrar.h"
 #include "engine_runner.h"
@@ -80,6 +81,10 @@ int main(int argc, char** argv) {
   app.add_option("--kv-events-hash-seed", runner_options.kv_events_hash_seed,
                  "fault: publish token ids the router's hashes cannot match, as a hash seed "
                  "it does not share would (0: faithful)");
+  bool unstable_hash_seed = false;
+  app.add_flag("--unstable-hash-seed", unstable_hash_seed,
+               "fault: draw the engine's block-hash seed at random at every start (vLLM without "
+               "PYTHONHASHSEED: the same tokens hash differently after a restart)");
   app.add_option("--fail-fraction", server_options.fail_fraction,
                  "fault: answer this fraction of generation requests with 500")
       ->check(CLI::Range(0.0, 1.0));
@@ -114,6 +119,10 @@ int main(int argc, char** argv) {
     server_options.lora_modules.push_back(std::move(name));
   }
   runner_options.engine.track_router_hashes = true;
+  if (unstable_hash_seed) {
+    std::random_device rd;
+    runner_options.engine.hash_seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
   runner_options.shape = engine_kind == "sglang"       ? infera::events::WireShape::kSglang
                          : engine_kind == "vllm-array" ? infera::events::WireShape::kVllmArray
                                                        : infera::events::WireShape::kVllm;

@@ -1,5 +1,6 @@
 // infera-router: flags -> RouterOptions, discovery -> Router callbacks, signals.
-// `infera-router render ...` renders chat templates (src/template/render_command.h).
+// `infera-router render ...` renders chat templates (src/template/render_command.h);
+// `infera-router doctor ...` checks a fleet (src/doctor/doctor_command.h).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -10,7 +11,9 @@
 #include <random>
 
 #include "discovery/discovery_factory.h"
-#include "discovery/static_discovery.h"
+#include "discovery/discovery_flags.h"
+#include "doctor/doctor_command.h"
+#include "doctor/startup_doctor.h"
 #include "router/log_levels.h"
 #include "router/router.h"
 #include "router/tenant_salt.h"
@@ -34,21 +37,22 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "render") == 0) {
     return infera::chat::RunRenderCommand(argc - 1, argv + 1);
   }
+  if (argc >= 2 && std::strcmp(argv[1], "doctor") == 0) {
+    return infera::doctor::RunDoctorCommand(argc, argv);
+  }
   using infera::router::RouterOptions;
   RouterOptions opt;
   CLI::App app{
       "infera-router: KV-cache-aware router for LLM inference workers (OpenAI and Anthropic "
-      "HTTP API).\nSubcommand: `infera-router render --help` renders chat templates."};
+      "HTTP API).\nSubcommands: `infera-router render --help` renders chat templates; "
+      "`infera-router doctor --help` checks a fleet for the causes of missing cache hits."};
   std::string host = "0.0.0.0";
   int port = 8000;
   std::string policy = "kv-aware";
   std::string load_term = "work";
   double prefill_w = -1, decode_w = -1;
-  std::string discovery_backend = "static";
-  std::string etcd_endpoint = "127.0.0.1:2379";
-  std::string etcd_prefix = "/infera/workers/";
-  std::vector<std::string> worker_flags;
-  std::string workers_file;
+  infera::discovery::DiscoveryConfig dcfg;
+  dcfg.backend = "static";
   std::string kv_transport = "zmq";
   std::string request_transport = "http";
   std::string log_level = "info";
@@ -133,34 +137,7 @@ int main(int argc, char** argv) {
                  "Re-probe every worker's /tokenize this often to check it renders chats like "
                  "the router (workers are probed when discovered; 0: only then)")
       ->capture_default_str();
-  app.add_option("--discovery-backend", discovery_backend,
-                 "static | etcd | kubernetes (Pods by --k8s-label-selector, their "
-                 "infera.amd.com/worker-info annotation)")
-      ->capture_default_str();
-  infera::discovery::DiscoveryConfig dcfg;
-  CLI::Option* selector_flag =
-      app.add_option("--k8s-label-selector", dcfg.k8s_label_selector,
-                     "kubernetes: label selector of the fleet's worker Pods (required; env "
-                     "INFERA_K8S_LABEL_SELECTOR)");
-  app.add_option("--k8s-namespace", dcfg.k8s_namespace,
-                 "kubernetes: namespace to watch (default: the Pod's own, from the service "
-                 "account, else default)");
-  app.add_option("--k8s-api-server", dcfg.k8s_api_server,
-                 "kubernetes: API server URL https://host:port (default: in-cluster, "
-                 "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT with the service account)");
-  app.add_option("--k8s-token-file", dcfg.k8s_token_file,
-                 "kubernetes: bearer token file for --k8s-api-server (read for every call)");
-  app.add_option("--k8s-ca-file", dcfg.k8s_ca_file,
-                 "kubernetes: CA bundle (PEM) for an https --k8s-api-server (default: system)");
-  app.add_option("--k8s-service-account-dir", dcfg.k8s_service_account_dir,
-                 "kubernetes, in-cluster: where token, ca.crt and namespace are mounted")
-      ->capture_default_str();
-  app.add_option("--etcd-endpoint", etcd_endpoint, "etcd endpoints host:port[,host:port]")
-      ->capture_default_str();
-  app.add_option("--etcd-prefix", etcd_prefix, "etcd key prefix of worker records")
-      ->capture_default_str();
-  app.add_option("--worker", worker_flags, infera::discovery::WorkerFlagHelp());
-  app.add_option("--workers-file", workers_file, "JSON list of worker records (etcd schema)");
+  infera::discovery::AddDiscoveryFlags(app, dcfg);
   app.add_option("--kv-event-transport", kv_transport,
                  "zmq (engines' ZMQ streams) | nats (JetStream, fed by infera-register "
                  "--kv-relay nats) | none (approximate mode, see --approx-ttl-s)")
@@ -309,6 +286,8 @@ int main(int argc, char** argv) {
       "--router-backend", router_backend,
       "python | rust (Infera's choice of data plane; env INFERA_ROUTER_BACKEND): both run "
       "this router's one native data plane");
+  infera::doctor::StartupDoctorOptions startup_doctor_options;
+  infera::doctor::AddStartupDoctorFlags(app, startup_doctor_options);
   CLI11_PARSE(app, argc, argv);
 
   auto levels = infera::router::ResolveLogLevels(
@@ -500,14 +479,6 @@ int main(int argc, char** argv) {
   opt.server.max_body_bytes = max_body;
   opt.server.max_header_bytes = max_header;
 
-  if (selector_flag->count() == 0) {
-    if (const char* env = std::getenv("INFERA_K8S_LABEL_SELECTOR")) dcfg.k8s_label_selector = env;
-  }
-  dcfg.backend = discovery_backend;
-  dcfg.worker_flags = worker_flags;
-  dcfg.workers_file = workers_file;
-  dcfg.etcd_endpoint = etcd_endpoint;
-  dcfg.etcd_prefix = etcd_prefix;
   auto created = infera::discovery::CreateDiscovery(dcfg);
   if (!created.ok()) {
     spdlog::error("{}", created.status().ToString());
@@ -529,10 +500,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("infera-router listening on {}:{} policy={} discovery={}", host, router.port(),
-               policy, discovery_backend);
+               policy, dcfg.backend);
+  auto startup_doctor = infera::doctor::StartupDoctor::Start(
+      startup_doctor_options, dcfg, {opt.tokenizer_path, opt.kv_events_topic, kv_transport});
+  if (!startup_doctor.ok()) spdlog::warn("doctor: {}", startup_doctor.status().ToString());
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("signal {}: draining", sig);
+  if (startup_doctor.ok()) startup_doctor->reset();
   router.Shutdown();
   discovery->Stop();
   spdlog::info("stopped");

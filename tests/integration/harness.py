@@ -323,7 +323,10 @@ def start_etcd(procs, name, data_dir, client_port, peer_port):
 def _fleet(argv):
     """`harness.py fleet [options] -- CMD ...`: starts --engines mock engines and one
     router per policy (static discovery), runs CMD with `--router POLICY=URL` and
-    `--reset-engine URL` appended, stops everything, exits with CMD's status."""
+    `--reset-engine URL` appended, stops everything, exits with CMD's status. With
+    --separate-engines each policy's router gets its own --engines engines, and each
+    `--router POLICY=URL` is followed by the `--reset-engine URL`s of its engines (so the
+    policies can be replayed side by side, under the same background load)."""
     if "--" not in argv:
         raise SystemExit("harness.py fleet: usage: fleet [options] -- CMD ...")
     cut = argv.index("--")
@@ -335,26 +338,42 @@ def _fleet(argv):
     ap.add_argument("--engine-args", default="", help="extra engine flags (one string)")
     ap.add_argument("--log-dir", required=True)
     ap.add_argument("--prefix", default="harness", help="what the status line starts with")
+    ap.add_argument("--separate-engines", action="store_true",
+                    help="each policy's router gets its own engines")
     args = ap.parse_args(argv[:cut])
     cmd = argv[cut + 1:]
     with Processes(log_dir=args.log_dir) as procs:
-        workers, resets = [], []
-        for i in range(args.engines):
-            _, f = start_engine(procs, args.engine, f"engine{i}", *args.engine_args.split())
-            workers.append(worker_flag(f))
-            resets += ["--reset-engine", f"http://127.0.0.1:{f['port']}"]
-        routers = []
+        appended, shared = [], None
         for policy in args.policies.split(","):
+            if shared is None or args.separate_engines:
+                shared = _engines(procs, args, f"engine-{policy}-" if args.separate_engines
+                                  else "engine")
+            workers, resets = shared
             _, base = start_router(procs, args.router, workers, "--router-policy", policy,
                                    name=f"router-{policy}")
-            routers += ["--router", f"{policy}={base}"]
-        print(f"{args.prefix}: {args.engines} mock engines, routers: {' '.join(routers)}",
-              flush=True)
-        code = subprocess.call(cmd + routers + resets)
+            appended += ["--router", f"{policy}={base}"]
+            if args.separate_engines:
+                appended += resets
+        if not args.separate_engines:
+            appended += resets
+        print(f"{args.prefix}: {args.engines} mock engines"
+              f"{' per policy' if args.separate_engines else ''}, routers: "
+              f"{' '.join(a for a in appended if '=' in a)}", flush=True)
+        code = subprocess.call(cmd + appended)
         if code < 0:  # as a shell says it: 128 + the signal
             print(f"{args.prefix}: {cmd[0]} killed by signal {-code}", flush=True)
             code = 128 - code
         return code
+
+
+def _engines(procs, args, prefix):
+    """Starts args.engines mock engines; returns (their --worker flags, --reset-engine args)."""
+    workers, resets = [], []
+    for i in range(args.engines):
+        _, f = start_engine(procs, args.engine, f"{prefix}{i}", *args.engine_args.split())
+        workers.append(worker_flag(f))
+        resets += ["--reset-engine", f"http://127.0.0.1:{f['port']}"]
+    return workers, resets
 
 
 if __name__ == "__main__":
