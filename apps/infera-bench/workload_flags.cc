@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_split.h"
+#include "core/selector.h"
 
 namespace infera::bench {
 
@@ -70,9 +71,11 @@ absl::StatusOr<std::vector<PolicySpec>> ParsePolicySpecs(const std::string& list
     PolicySpec spec;
     const size_t colon = item.find(':');
     spec.name = item.substr(0, colon);
-    if (spec.name != "kv-aware" && spec.name != "round-robin" && spec.name != "random" &&
-        spec.name != "least-load") {
+    if (!core::ParsePolicy(spec.name).ok()) {
       return absl::InvalidArgumentError("unknown policy '" + spec.name + "'");
+    }
+    if (colon != std::string::npos && spec.name != "kv-aware") {
+      return absl::InvalidArgumentError("only kv-aware takes an overlap weight: '" + item + "'");
     }
     if (colon != std::string::npos) {
       std::string weight = item.substr(colon + 1);

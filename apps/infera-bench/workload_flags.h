@@ -29,7 +29,8 @@ absl::StatusOr<sim::Workload> BuildWorkload(const WorkloadFlags& flags);
 
 // One entry of --policies: "kv-aware", "kv-aware:4" (overlap weight 4),
 // "kv-aware:20/2" (PD: prefill overlap weight 20, decode overlap weight 2; a mixed
-// fleet uses the first), "round-robin", "random", "least-load".
+// fleet uses the first), "round-robin", "random", "least-load", and the peers
+// "dynamo", "lmetric", "llm-d", "sglang" (doc/peers.md; no weight).
 struct PolicySpec {
   std::string name;
   double overlap_weight = 1.0;

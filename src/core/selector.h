@@ -27,6 +27,11 @@
 //  * random: uniform over the candidates (seeded core::Random).
 //  * least-load: lowest load(t) (settled as above, no cache term: the pending
 //    prefill it adds is the whole prompt); ties rotate.
+//  * dynamo, lmetric, llm-d, sglang: the peers' policies (core/peer_policies.h,
+//    doc/peers.md), scored from the same index and load state; dynamo is not settled
+//    from the views (its prefill load counts until the first token, as Dynamo's);
+//    sglang matches against its own approximate tree of what it routed, not the
+//    events' view.
 // Every policy adds the request's blocks to the winner's active blocks and returns
 // the guard that releases them.
 //
@@ -47,6 +52,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -55,18 +61,30 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "core/approx_cache.h"
 #include "core/clock.h"
 #include "core/image_affinity.h"
 #include "core/kv_index.h"
 #include "core/load_state.h"
+#include "core/peer_policies.h"
 #include "core/prediction_tracker.h"
 #include "core/types.h"
 
 namespace infera::core {
 
-enum class Policy : uint8_t { kKvAware, kRoundRobin, kRandom, kLeastLoad };
+enum class Policy : uint8_t {
+  kKvAware,
+  kRoundRobin,
+  kRandom,
+  kLeastLoad,
+  kDynamo,
+  kLmetric,
+  kLlmD,
+  kSglang,
+};
 
-// "kv-aware", "round-robin", "random", "least-load".
+// "kv-aware", "round-robin", "random", "least-load", "dynamo", "lmetric", "llm-d",
+// "sglang".
 const char* PolicyName(Policy policy);
 // Parses a --router-policy value (the names above).
 absl::StatusOr<Policy> ParsePolicy(std::string_view name);
@@ -88,6 +106,10 @@ struct PolicyConfig {
   // Approximate mode (approx_cache.h) turns it off: its views are the router's own
   // predictions, written at the pick, so they say nothing about a prefill's progress.
   bool settle_from_views = true;
+  // The peers' defaults (doc/peers.md); used only by their policies.
+  DynamoConfig dynamo;
+  LlmdConfig llmd;
+  SglangConfig sglang;
 
   // The overlap weight for `role`: the per-role weight when set, else the global one.
   double OverlapWeight(Role role) const;
@@ -163,6 +185,12 @@ class Selector {
   // index and distinct.
   absl::StatusOr<PickResult> Pick(const RoutingInput& input, std::span<const TargetId> candidates);
 
+  // The lowest load term among the candidates, after settling them (what the least
+  // loaded one would make a new request wait behind, in blocks of prefill work with
+  // the work term): the admission queue holds requests while it is past a threshold
+  // (core/admission_queue.h). REQUIRES: candidates are live in the index.
+  double MinLoad(std::span<const TargetId> candidates);
+
   // Drops the target's load, affinity and rotation state. Call it when the target
   // leaves the index (its id may be reused).
   void RemoveTarget(TargetId target);
@@ -180,8 +208,16 @@ class Selector {
   PickResult PickKvAware(const RoutingInput& input, std::span<const TargetId> candidates);
   size_t PickRoundRobin(std::span<const TargetId> candidates);
   size_t PickLeastLoad(const RoutingInput& input, std::span<const TargetId> candidates);
-  // Decays (spec term) and settles the candidates' load against their views.
-  void Settle(std::span<const TargetId> candidates);
+  // dynamo, lmetric, llm-d, sglang.
+  PickResult PickPeer(const RoutingInput& input, std::span<const TargetId> candidates);
+  // Consecutive-prefix hits of every candidate (matches_, request_blocks_), one hash and
+  // one walk per distinct block size; no hits when `use_tokens` is false.
+  void MatchCandidates(const RoutingInput& input, std::span<const TargetId> candidates,
+                       bool use_tokens);
+  // Decays (spec term) and settles the candidates' load against their views
+  // (`from_views` false: the learned capacity only; `decay` false: no decay step, for
+  // a look that is not a pick).
+  void Settle(std::span<const TargetId> candidates, bool from_views = true, bool decay = true);
   static size_t BlocksOf(const RoutingInput& input, size_t block_size);
   // Where this pick's scan starts: ties go to the first in scan order. One turn per
   // role: a PD request's prefill and decode picks alternate, so one shared turn would
@@ -215,6 +251,10 @@ class Selector {
   std::vector<TargetId> group_ids_;
   std::vector<MatchCounts> group_matches_;
   std::vector<double> costs_scratch_;  // least-load: load by position
+  std::vector<PeerSignals> signals_;   // peers: by position
+  // sglang: the approximate tree of what it routed (no expiry; its size bound).
+  std::unique_ptr<ApproxCache> sglang_tree_;
+  int64_t sglang_clock_ = 0;  // a logical clock: one tick per pick
 };
 
 }  // namespace infera::core
