@@ -41,6 +41,12 @@ struct OfflineFlags {
   // PD: decode input-demand variants, each run against every policy: comma list of
   // off | shadow[:W] | on[:W] (W: the request-count weight).
   std::string decode_input_demand = "off";
+  // Admission queue variants run against every kv-aware policy (peers: off only):
+  // comma list of off | on (doc/admission.md).
+  std::string admission_queue = "off";
+  double queue_threshold_blocks = 1024;
+  size_t queue_max = 1024;
+  double queue_max_wait_s = 30;
   sim::KvTransferModel kv_transfer;
 };
 

@@ -16,10 +16,11 @@ namespace infera::bench {
 
 struct WorkloadFlags {
   std::string trace;               // Mooncake JSONL file (selects the trace workload)
-  std::string workload = "trace";  // trace | shared-prefix | multi-turn
+  std::string workload = "trace";  // trace | shared-prefix | multi-turn | synthetic
   sim::MooncakeOptions mooncake;
   sim::SharedPrefixOptions shared;
   sim::MultiTurnOptions multi_turn;
+  sim::SyntheticOptions synthetic;  // its lengths, rate and seed: the shared flags
   size_t images_per_request = 0;
   size_t distinct_images = 16;
 };
