@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_split.h"
 #include "bench_report.h"
 #include "progress_bar.h"
@@ -301,6 +302,34 @@ nlohmann::json SloSummary(const sim::OfflineResult& r) {
           {"goodput_3s_rps", span_s > 0 ? within_3s / span_s : 0}};
 }
 
+// The most common first segment (a system prompt): how many engines served it and the
+// busiest one's share of its requests (hot-prefix replication, issue 25).
+nlohmann::json HotPrefixSummary(const sim::Workload& w, const sim::OfflineResult& r) {
+  absl::flat_hash_map<uint64_t, size_t> count;
+  for (const sim::WorkloadRequest& q : w.requests) {
+    if (!q.segments.empty()) ++count[q.segments[0].seed];
+  }
+  uint64_t hot = 0;
+  size_t most = 0;
+  for (const auto& [seed, n] : count) {
+    if (n > most || (n == most && seed < hot)) hot = seed, most = n;
+  }
+  absl::flat_hash_map<uint32_t, size_t> per_engine;
+  for (size_t i = 0; i < w.requests.size(); ++i) {
+    const sim::WorkloadRequest& q = w.requests[i];
+    if (q.segments.empty() || q.segments[0].seed != hot || r.requests[i].shed) continue;
+    ++per_engine[r.requests[i].prefill_engine >= 0
+                     ? static_cast<uint32_t>(r.requests[i].prefill_engine)
+                     : r.requests[i].engine];
+  }
+  size_t top = 0;
+  for (const auto& [e, n] : per_engine) top = std::max(top, n);
+  return {{"requests", most},
+          {"share_of_workload", static_cast<double>(most) / std::max<size_t>(1, w.requests.size())},
+          {"engines", per_engine.size()},
+          {"busiest_engine_share", most > 0 ? static_cast<double>(top) / most : 0}};
+}
+
 nlohmann::json QueueSummary(const sim::OfflineResult& r) {
   const core::QueueStats& q = r.queue;
   std::vector<double> waits;
@@ -341,6 +370,10 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
   app.add_option("--kv-pressure-slope", f.kv_pressure_slope,
                  "work load term: cost per in-flight block above the threshold")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--load-queue-scaling", f.load_queue_scaling,
+                 "kv-aware, work term: divide the load term by 1 + the candidates' mean "
+                 "requests in prefill (true/false)")
+      ->capture_default_str();
   app.add_option("--slo-ttft-ms", f.slo_ttft_ms,
                  "search each policy's goodput: the highest arrival rate (bisection over "
                  "the time scale) with TTFT p99 <= this")
@@ -524,6 +557,7 @@ int RunOffline(const OfflineFlags& flags) {
     config.policy.load_term = *core::ParseLoadTerm(flags.load_term);
     config.policy.kv_pressure_threshold = flags.kv_pressure_threshold;
     config.policy.kv_pressure_slope = flags.kv_pressure_slope;
+    config.policy.load_queue_scaling = flags.load_queue_scaling;
     config.policy.random_seed = 42;
     config.capacity_known = flags.capacity == "known";
     size_t reported = 0;
@@ -562,6 +596,7 @@ int RunOffline(const OfflineFlags& flags) {
     }
     SummarizeKvUtil(s);
     s.extra["slo"] = SloSummary(result);
+    s.extra["hot_prefix"] = HotPrefixSummary(*workload, result);
     if (run.queue) s.extra["admission"] = QueueSummary(result);
     s.preemptions = 0;
     for (const sim::EngineStats& e : result.engine_stats) s.preemptions += e.preemptions;
@@ -615,6 +650,10 @@ int RunOffline(const OfflineFlags& flags) {
                 j["goodput_2s_rps"].get<double>(),
                 100.0 * j["within_3s"].get<double>() / std::max(1.0, j["requests"].get<double>()),
                 j["goodput_3s_rps"].get<double>());
+    const nlohmann::json& h = s.extra["hot_prefix"];
+    std::printf("  hot prefix (%.0f%% of requests): %zu engines, busiest %.0f%%",
+                100 * h["share_of_workload"].get<double>(), h["engines"].get<size_t>(),
+                100 * h["busiest_engine_share"].get<double>());
     if (s.extra.contains("admission")) {
       const nlohmann::json& a = s.extra["admission"];
       std::printf("  queue: held %llu, shed full %llu / expired %llu, wait mean %.0f p99 %.0f ms",

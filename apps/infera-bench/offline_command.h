@@ -23,7 +23,8 @@ struct OfflineFlags {
   std::string load_term = "work";
   std::string capacity = "known";  // known (num_gpu_blocks) | learned (from events)
   double kv_pressure_threshold = 0.8;
-  double kv_pressure_slope = 4.0;
+  double kv_pressure_slope = 1.0;
+  bool load_queue_scaling = true;
   double slo_ttft_ms = 0;  // > 0: search each policy's goodput
   size_t goodput_steps = 5;
   double event_delay_ms = 0;

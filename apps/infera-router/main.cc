@@ -115,6 +115,10 @@ int main(int argc, char** argv) {
                  "work load term: a worker's KV use (fraction of its capacity) above which "
                  "in-flight blocks cost (doc/selection.md)")
       ->capture_default_str();
+  app.add_option("--load-queue-scaling", opt.policy.load_queue_scaling,
+                 "work load term: divide it by 1 + the candidates' mean requests in prefill, "
+                 "so a miss weighs 1 / (1 - utilisation) (true/false)")
+      ->capture_default_str();
   app.add_option("--kv-pressure-slope", opt.policy.kv_pressure_slope,
                  "work load term: cost per in-flight block above --kv-pressure-threshold "
                  "(0: no KV pressure term)")

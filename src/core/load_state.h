@@ -77,7 +77,7 @@ struct LoadOptions {
   LoadTerm term = LoadTerm::kWork;
   double recent_decay = 0.97;          // kSpec only; 0 = off
   double kv_pressure_threshold = 0.8;  // fraction of the KV capacity
-  double kv_pressure_slope = 4.0;      // blocks of cost per in-flight block past it
+  double kv_pressure_slope = 1.0;      // blocks of cost per in-flight block past it
 };
 
 // What a pick still has to compute on its target.

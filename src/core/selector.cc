@@ -268,6 +268,14 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
   MatchCandidates(input, candidates, use_tokens);
 
   Settle(candidates);
+  // Load queue scaling: the load term divided by 1 + the candidates' mean requests not
+  // past their prefill, i.e. a miss weighed by 1 / (1 − utilisation) (doc/selection.md).
+  double discount = 1.0;
+  if (config_.load_queue_scaling && config_.load_term == LoadTerm::kWork) {
+    double q = 0;
+    for (TargetId t : candidates) q += static_cast<double>(load_.PrefillingRequests(t));
+    discount = 1.0 + q / static_cast<double>(n);
+  }
   size_t best = 0;
   double best_cost = 0, best_load = 0, best_credited = 0;
   result.costs.resize(n);
@@ -283,7 +291,7 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
             ? predictions_.Trust(t) * (m.device_hits + config_.host_hit_weight * m.host_hits +
                                        config_.disk_hit_weight * m.disk_hits)
             : 0.0;
-    const double load = load_.Load(t, request_blocks_[i]);
+    const double load = load_.Load(t, request_blocks_[i]) / discount;
     double cost = result.w_overlap * (request_blocks_[i] - credited) + load;
     if (use_images) {
       const size_t held = images_.CountHeld(t, input.image_keys);

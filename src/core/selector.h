@@ -99,13 +99,16 @@ struct PolicyConfig {
   double recent_decay = 0.97;                    // --kv-recent-decay (0 = off; spec term)
   LoadTerm load_term = LoadTerm::kWork;          // --load-term work|spec
   double kv_pressure_threshold = 0.8;            // fraction of a target's KV capacity
-  double kv_pressure_slope = 4.0;                // cost per in-flight block past it
+  double kv_pressure_slope = 1.0;                // cost per in-flight block past it
   double mm_weight_factor = 48.0;                // w_mm = factor × w
   uint64_t random_seed = 0;                      // the random policy's seed
   // Settle pending prefills and recent charges when a view shows their last block.
   // Approximate mode (approx_cache.h) turns it off: its views are the router's own
   // predictions, written at the pick, so they say nothing about a prefill's progress.
   bool settle_from_views = true;
+  // kv-aware, work term: divide the load term by 1 + the candidates' mean requests not
+  // past their prefill (a miss weighed by 1 / (1 − utilisation), doc/selection.md).
+  bool load_queue_scaling = true;  // --load-queue-scaling
   // The peers' defaults (doc/peers.md); used only by their policies.
   DynamoConfig dynamo;
   LlmdConfig llmd;
