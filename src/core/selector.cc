@@ -278,6 +278,7 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
   }
   size_t best = 0;
   double best_cost = 0, best_load = 0, best_credited = 0;
+  size_t best_active = 0;
   result.costs.resize(n);
   const size_t start = TieStart(input.role, n);
   for (size_t k = 0; k < n; ++k) {
@@ -298,10 +299,16 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
       cost += w_mm * static_cast<double>(input.image_keys.size() - held);
     }
     result.costs[i] = cost;
-    if (k == 0 || Less(cost, best_cost) || (!Less(best_cost, cost) && Less(load, best_load))) {
+    // Ties: the lower load, then the fewer in-flight blocks (the engine whose decode
+    // steps are lighter), then the scan order.
+    const size_t active = load_.ActiveBlocks(t) + load_.RemoteActiveBlocks(t);
+    const bool tie = !Less(cost, best_cost) && !Less(best_cost, cost);
+    if (k == 0 || Less(cost, best_cost) ||
+        (tie && (Less(load, best_load) || (!Less(best_load, load) && active < best_active)))) {
       best = i;
       best_cost = cost;
       best_load = load;
+      best_active = active;
       best_credited = credited;
     }
   }
@@ -454,7 +461,9 @@ void Selector::Finish(const RoutingInput& input, TargetId picked, double missed_
 double Selector::MinLoad(std::span<const TargetId> candidates) {
   Settle(candidates, /*from_views=*/config_.policy != Policy::kDynamo, /*decay=*/false);
   double best = std::numeric_limits<double>::infinity();
-  for (TargetId t : candidates) best = std::min(best, load_.Load(t, 0));
+  for (TargetId t : candidates) {
+    best = std::min(best, load_.PendingPrefillBlocks(t) + load_.RemotePendingPrefillBlocks(t));
+  }
   return candidates.empty() ? 0.0 : best;
 }
 

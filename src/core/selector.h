@@ -188,10 +188,12 @@ class Selector {
   // index and distinct.
   absl::StatusOr<PickResult> Pick(const RoutingInput& input, std::span<const TargetId> candidates);
 
-  // The lowest load term among the candidates, after settling them (what the least
-  // loaded one would make a new request wait behind, in blocks of prefill work with
-  // the work term): the admission queue holds requests while it is past a threshold
-  // (core/admission_queue.h). REQUIRES: candidates are live in the index.
+  // The least pending prefill among the candidates (this replica's and the others'),
+  // after settling them: the blocks of prefill work a new request would queue behind
+  // on the least loaded candidate. The admission queue holds requests while it is past
+  // a threshold (core/admission_queue.h). KV pressure is not counted: a full engine
+  // with nothing to prefill still takes a request at once. REQUIRES: candidates are
+  // live in the index.
   double MinLoad(std::span<const TargetId> candidates);
 
   // Drops the target's load, affinity and rotation state. Call it when the target

@@ -604,6 +604,46 @@ TEST_F(SelectorTest, LoadIsScaledByTheRequestsInPrefill) {
   }
 }
 
+// Hot-prefix replication (Preble's idea, issue 25) falls out of the cost: W0 holds the
+// hot prompt but has 3 of them prefilling (30 blocks); scaled by 1 + 1.5 that is 12,
+// more than cold W1's 10 misses, so W1 computes it and becomes its second home; once
+// W1's view holds it too, the prompt goes to whichever home is less loaded.
+TEST_F(SelectorTest, AHotPrefixGetsASecondHomeWhenItsHolderQueues) {
+  Selector& s = Make(PolicyConfig{});
+  index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);
+  const TargetId w0_only[] = {w0_};
+  std::vector<PickResult> running;
+  for (int i = 0; i < 3; ++i) {
+    auto hot = s.Pick(Input(), w0_only);
+    ASSERT_TRUE(hot.ok());
+    running.push_back(std::move(*hot));
+  }
+  // The view holds the whole chain, so those picks charged no pending prefill; the
+  // queued work of the hot prompt's requests is added explicitly (3 × 10 blocks).
+  PendingPrefill ten;
+  ten.blocks = 10;
+  std::vector<LoadState::ActiveGuard> queued;
+  for (int i = 0; i < 3; ++i) queued.push_back(s.load().AddActive(w0_, {}, 1, ten));
+  const TargetId cands[] = {w0_, w1_};
+  auto second = s.Pick(Input(), cands);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->picked, w1_);  // the second home
+  EXPECT_EQ(second->cache_hits, 0u);
+  // W1's events store the prompt: both are homes; W0 is still busier.
+  index_.InsertRouterHashes(w1_, chain_, Tier::kDevice);
+  second->guard.PrefillDone();
+  auto third = s.Pick(Input(), cands);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->picked, w1_);
+  EXPECT_EQ(third->cache_hits, 10u);
+  // W0 drains: it takes the prompt back (a hit on either; the lower load wins).
+  queued.clear();
+  third->guard.Release();
+  auto fourth = s.Pick(Input(), cands);
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_EQ(fourth->cache_hits, 10u);
+}
+
 TEST_F(SelectorTest, CapacityIsLearnedOnceTheViewHasEvicted) {
   Selector& s = Make(PolicyConfig{});
   index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);  // 10 blocks, never evicted
