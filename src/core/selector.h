@@ -2,8 +2,8 @@
 //
 // Policies:
 //  * kv-aware:  cost(t) = w × (request_blocks − credited_hits(t)) + load(t), lowest
-//    wins; ties go to the lower load, then rotate (the scan starts one candidate
-//    further on every pick), never to a fixed index.
+//    wins; ties go to the lower load, then the fewer in-flight blocks, then rotate (the
+//    scan starts one candidate further on every pick), never to a fixed index.
 //      w = the role's overlap weight (prefill/decode) when set, else overlap_weight.
 //      credited_hits = trust(t) × (device hits + host_hit_weight × host hits
 //                      + disk_hit_weight × disk hits) (consecutive prefix, KvIndex);
@@ -12,7 +12,8 @@
 //      RoutingInput::overlap_untrusted (render parity diverged): its cost is then a
 //      cold target's, w × request_blocks + load, so its view's hits draw nothing.
 //      load(t) = LoadState::Load(t, request_blocks): --load-term work (default):
-//        pending prefill blocks + KV pressure; spec: active blocks + recent blocks.
+//        pending prefill blocks + KV pressure, divided by 1 + the candidates' mean
+//        requests in prefill (--load-queue-scaling); spec: active blocks + recent blocks.
 //    Requests without token ids have no cache term (w_overlap = 0).
 //    Requests with images (mixed/prefill roles): w_overlap = 0 and an image term
 //    w_mm × images_not_held(t), w_mm = mm_weight_factor × w; the winner records the
