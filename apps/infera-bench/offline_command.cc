@@ -8,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_split.h"
 #include "bench_report.h"
 #include "progress_bar.h"
 #include "sim/engine_flags.h"
@@ -30,7 +32,7 @@ std::vector<RequestRecord> Records(const sim::OfflineResult& r, uint32_t first_w
     rec.cached_tokens = o.cached_tokens;
     rec.output_tokens = o.output_tokens;
     rec.worker = static_cast<int32_t>(o.engine - first_worker);
-    rec.failed = o.rejected;
+    rec.failed = o.rejected || o.shed;
     out.push_back(rec);
   }
   return out;
@@ -273,6 +275,77 @@ Latency TtftFloor(const sim::Workload& w, const std::vector<uint32_t>& pooled_hi
   return Summarize(floor);
 }
 
+// Requests answered (not shed, not refused) and those whose TTFT met 2 s and 3 s,
+// with the arrival span: goodput at an SLO = attained / span (every request counts,
+// a shed or refused one as a miss).
+nlohmann::json SloSummary(const sim::OfflineResult& r) {
+  uint64_t answered = 0, within_2s = 0, within_3s = 0;
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  for (const sim::RequestOutcome& o : r.requests) {
+    first = std::min(first, o.arrival_ns);
+    last = std::max(last, o.arrival_ns);
+    if (o.shed || o.rejected || o.first_token_ns < 0) continue;
+    ++answered;
+    const int64_t ttft = o.first_token_ns - o.arrival_ns;
+    within_2s += ttft <= 2'000'000'000 ? 1 : 0;
+    within_3s += ttft <= 3'000'000'000 ? 1 : 0;
+  }
+  const double span_s = r.requests.empty() ? 0 : (last - first) / 1e9;
+  const double n = static_cast<double>(std::max<size_t>(1, r.requests.size()));
+  return {{"requests", r.requests.size()},
+          {"answered", answered},
+          {"answered_share", answered / n},
+          {"within_2s", within_2s},
+          {"within_3s", within_3s},
+          {"span_s", span_s},
+          {"goodput_2s_rps", span_s > 0 ? within_2s / span_s : 0},
+          {"goodput_3s_rps", span_s > 0 ? within_3s / span_s : 0}};
+}
+
+// The most common first segment (a system prompt): how many engines served it and the
+// busiest one's share of its requests (hot-prefix replication, issue 25).
+nlohmann::json HotPrefixSummary(const sim::Workload& w, const sim::OfflineResult& r) {
+  absl::flat_hash_map<uint64_t, size_t> count;
+  for (const sim::WorkloadRequest& q : w.requests) {
+    if (!q.segments.empty()) ++count[q.segments[0].seed];
+  }
+  uint64_t hot = 0;
+  size_t most = 0;
+  for (const auto& [seed, n] : count) {
+    if (n > most || (n == most && seed < hot)) hot = seed, most = n;
+  }
+  absl::flat_hash_map<uint32_t, size_t> per_engine;
+  for (size_t i = 0; i < w.requests.size(); ++i) {
+    const sim::WorkloadRequest& q = w.requests[i];
+    if (q.segments.empty() || q.segments[0].seed != hot || r.requests[i].shed) continue;
+    ++per_engine[r.requests[i].prefill_engine >= 0
+                     ? static_cast<uint32_t>(r.requests[i].prefill_engine)
+                     : r.requests[i].engine];
+  }
+  size_t top = 0;
+  for (const auto& [e, n] : per_engine) top = std::max(top, n);
+  return {{"requests", most},
+          {"share_of_workload", static_cast<double>(most) / std::max<size_t>(1, w.requests.size())},
+          {"engines", per_engine.size()},
+          {"busiest_engine_share", most > 0 ? static_cast<double>(top) / most : 0}};
+}
+
+nlohmann::json QueueSummary(const sim::OfflineResult& r) {
+  const core::QueueStats& q = r.queue;
+  std::vector<double> waits;
+  for (const sim::RequestOutcome& o : r.requests) {
+    if (!o.shed) waits.push_back(o.queue_ns / 1e6);
+  }
+  const Latency w = Summarize(waits);
+  return {{"bound_now", q.bound_now},
+          {"queued", q.queued},
+          {"rejected_full", q.rejected_full},
+          {"expired", q.expired},
+          {"released", q.released},
+          {"wait_ms", {{"mean", w.mean}, {"p99", w.p99}}},
+          {"max_wait_ms", q.max_wait_ns / 1e6}};
+}
+
 }  // namespace
 
 void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
@@ -297,6 +370,10 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
   app.add_option("--kv-pressure-slope", f.kv_pressure_slope,
                  "work load term: cost per in-flight block above the threshold")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--load-queue-scaling", f.load_queue_scaling,
+                 "kv-aware, work term: divide the load term by 1 + the candidates' mean "
+                 "requests in prefill (true/false)")
+      ->capture_default_str();
   app.add_option("--slo-ttft-ms", f.slo_ttft_ms,
                  "search each policy's goodput: the highest arrival rate (bisection over "
                  "the time scale) with TTFT p99 <= this")
@@ -332,6 +409,21 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
   app.add_option("--pd-min-uncached-tokens", f.pd_min_uncached_tokens,
                  "PD: keep a request on the decode engine when the best prefill engine would "
                  "compute fewer uncached tokens (0 = always disaggregate)");
+  app.add_option("--admission-queue", f.admission_queue,
+                 "admission queue variants run against every kv-aware policy (the peers run "
+                 "without): comma list of off | on (doc/admission.md)")
+      ->capture_default_str();
+  app.add_option("--queue-threshold-blocks", f.queue_threshold_blocks,
+                 "admission queue: hold arrivals while every engine's load is at least this "
+                 "(blocks of prefill work)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--queue-max", f.queue_max, "admission queue: waiting requests (more: 429)")
+      ->capture_default_str();
+  app.add_option("--queue-max-wait-s", f.queue_max_wait_s,
+                 "admission queue: a request held this long is shed (429; 0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   sim::AddKvTransferFlags(app, f.kv_transfer);
 }
 
@@ -389,7 +481,34 @@ int RunOffline(const OfflineFlags& flags) {
   report.block_size = bs;
   report.requests = n;
   report.prompt_tokens = workload->TotalPromptTokens();
-  const size_t runs = specs->size() * variants->size();
+  // Admission queue variants apply to kv-aware policies only.
+  std::vector<std::string> queue_variants;
+  for (const std::string& v :
+       std::vector<std::string>(absl::StrSplit(flags.admission_queue, ',', absl::SkipEmpty()))) {
+    if (v != "off" && v != "on") {
+      std::fprintf(stderr, "infera-bench: --admission-queue: '%s' (want off or on)\n", v.c_str());
+      return 2;
+    }
+    queue_variants.push_back(v);
+  }
+  if (queue_variants.empty()) queue_variants.push_back("off");
+  struct Run {
+    size_t spec = 0, variant = 0;
+    bool queue = false;
+  };
+  std::vector<Run> plan;
+  for (size_t k = 0; k < specs->size(); ++k) {
+    for (size_t v = 0; v < variants->size(); ++v) {
+      bool off_done = false;
+      for (const std::string& q : queue_variants) {
+        const bool on = q == "on" && (*specs)[k].name == "kv-aware";
+        if (!on && off_done) continue;
+        off_done = off_done || !on;
+        plan.push_back({k, v, on});
+      }
+    }
+  }
+  const size_t runs = plan.size();
   report.results.resize(runs);
 
   ProgressBar bar("simulating", static_cast<uint64_t>(n) * (runs + 1));
@@ -408,9 +527,14 @@ int RunOffline(const OfflineFlags& flags) {
       report.has_floor = true;
       return;
     }
-    const PolicySpec& spec = (*specs)[(task - 1) / variants->size()];
-    const DemandVariant& variant = (*variants)[(task - 1) % variants->size()];
+    const Run& run = plan[task - 1];
+    const PolicySpec& spec = (*specs)[run.spec];
+    const DemandVariant& variant = (*variants)[run.variant];
     sim::OfflineConfig config;
+    config.admission_queue = run.queue;
+    config.queue_threshold_blocks = flags.queue_threshold_blocks;
+    config.queue.max_queued = flags.queue_max;
+    config.queue.max_wait_ns = static_cast<int64_t>(flags.queue_max_wait_s * 1e9);
     config.decode_demand = variant.mode;
     config.decode_request_weight = variant.weight;
     config.engines = flags.engines;
@@ -433,6 +557,7 @@ int RunOffline(const OfflineFlags& flags) {
     config.policy.load_term = *core::ParseLoadTerm(flags.load_term);
     config.policy.kv_pressure_threshold = flags.kv_pressure_threshold;
     config.policy.kv_pressure_slope = flags.kv_pressure_slope;
+    config.policy.load_queue_scaling = flags.load_queue_scaling;
     config.policy.random_seed = 42;
     config.capacity_known = flags.capacity == "known";
     size_t reported = 0;
@@ -452,6 +577,7 @@ int RunOffline(const OfflineFlags& flags) {
       label += weights;
     }
     label += variant.label;
+    if (run.queue) label += "+queue";
     s = SummarizeRun(label, spec.name == "kv-aware" ? spec.overlap_weight : 0,
                      Records(result, first), engines - first, 0, 0);
     if (pd) {
@@ -469,6 +595,9 @@ int RunOffline(const OfflineFlags& flags) {
           result.kv_samples[k].empty() ? 0 : kv / static_cast<double>(result.kv_samples[k].size()));
     }
     SummarizeKvUtil(s);
+    s.extra["slo"] = SloSummary(result);
+    s.extra["hot_prefix"] = HotPrefixSummary(*workload, result);
+    if (run.queue) s.extra["admission"] = QueueSummary(result);
     s.preemptions = 0;
     for (const sim::EngineStats& e : result.engine_stats) s.preemptions += e.preemptions;
     if (flags.slo_ttft_ms > 0) {
@@ -510,6 +639,31 @@ int RunOffline(const OfflineFlags& flags) {
   ComputeGapClosed(report);
 
   const int code = EmitReport(report, flags.json_path, flags.svg_dir);
+  std::printf(
+      "SLO (every request; shed or refused = miss): answered %%, TTFT <= 2 s / 3 s "
+      "(%% of requests, req/s of the arrival span)\n");
+  for (const PolicySummary& s : report.results) {
+    const nlohmann::json& j = s.extra["slo"];
+    std::printf("  %-24s answered %5.1f%%  <=2s %5.1f%% %7.3f/s  <=3s %5.1f%% %7.3f/s",
+                s.policy.c_str(), 100 * j["answered_share"].get<double>(),
+                100.0 * j["within_2s"].get<double>() / std::max(1.0, j["requests"].get<double>()),
+                j["goodput_2s_rps"].get<double>(),
+                100.0 * j["within_3s"].get<double>() / std::max(1.0, j["requests"].get<double>()),
+                j["goodput_3s_rps"].get<double>());
+    const nlohmann::json& h = s.extra["hot_prefix"];
+    std::printf("  hot prefix (%.0f%% of requests): %zu engines, busiest %.0f%%",
+                100 * h["share_of_workload"].get<double>(), h["engines"].get<size_t>(),
+                100 * h["busiest_engine_share"].get<double>());
+    if (s.extra.contains("admission")) {
+      const nlohmann::json& a = s.extra["admission"];
+      std::printf("  queue: held %llu, shed full %llu / expired %llu, wait mean %.0f p99 %.0f ms",
+                  a["queued"].get<unsigned long long>(),
+                  a["rejected_full"].get<unsigned long long>(),
+                  a["expired"].get<unsigned long long>(), a["wait_ms"]["mean"].get<double>(),
+                  a["wait_ms"]["p99"].get<double>());
+    }
+    std::printf("\n");
+  }
   if (pd) {
     std::printf("PD fleet: %zu prefill + %zu decode engines, --pd-min-uncached-tokens %llu\n",
                 flags.prefill_engines, flags.decode_engines,

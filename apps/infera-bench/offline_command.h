@@ -23,7 +23,8 @@ struct OfflineFlags {
   std::string load_term = "work";
   std::string capacity = "known";  // known (num_gpu_blocks) | learned (from events)
   double kv_pressure_threshold = 0.8;
-  double kv_pressure_slope = 4.0;
+  double kv_pressure_slope = 1.0;
+  bool load_queue_scaling = true;
   double slo_ttft_ms = 0;  // > 0: search each policy's goodput
   size_t goodput_steps = 5;
   double event_delay_ms = 0;
@@ -41,6 +42,12 @@ struct OfflineFlags {
   // PD: decode input-demand variants, each run against every policy: comma list of
   // off | shadow[:W] | on[:W] (W: the request-count weight).
   std::string decode_input_demand = "off";
+  // Admission queue variants run against every kv-aware policy (peers: off only):
+  // comma list of off | on (doc/admission.md).
+  std::string admission_queue = "off";
+  double queue_threshold_blocks = 1024;
+  size_t queue_max = 1024;
+  double queue_max_wait_s = 30;
   sim::KvTransferModel kv_transfer;
 };
 

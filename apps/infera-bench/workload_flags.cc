@@ -6,13 +6,23 @@
 #include <sstream>
 
 #include "absl/strings/str_split.h"
+#include "core/selector.h"
 
 namespace infera::bench {
 
 void AddWorkloadFlags(CLI::App& app, WorkloadFlags& f) {
   app.add_option("--trace", f.trace, "Mooncake JSONL trace (hash_ids of 512-token blocks)");
-  app.add_option("--workload", f.workload, "trace | shared-prefix | multi-turn")
-      ->check(CLI::IsMember({"trace", "shared-prefix", "multi-turn"}));
+  app.add_option("--workload", f.workload, "trace | shared-prefix | multi-turn | synthetic")
+      ->check(CLI::IsMember({"trace", "shared-prefix", "multi-turn", "synthetic"}));
+  app.add_option("--requests", f.synthetic.requests, "synthetic: requests");
+  app.add_option("--prefixes", f.synthetic.prefixes,
+                 "synthetic: distinct system prompts (0: no sharing)");
+  app.add_option("--dominant-share", f.synthetic.dominant_share,
+                 "synthetic: share of requests with system prompt 0 (the rest uniform)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--burst", f.synthetic.burst,
+                 "synthetic: requests arriving together (Poisson bursts at rate / burst)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--time-scale", f.mooncake.time_scale,
                  "trace: multiply arrival times (0.5 = twice the rate)");
   app.add_option("--limit", f.mooncake.limit, "trace: first N requests (0 = all)");
@@ -48,6 +58,14 @@ absl::StatusOr<sim::Workload> BuildWorkload(const WorkloadFlags& flags) {
     w = std::move(*parsed);
   } else if (kind == "shared-prefix") {
     w = sim::SharedPrefixWorkload(flags.shared);
+  } else if (kind == "synthetic") {
+    sim::SyntheticOptions o = flags.synthetic;
+    o.system_tokens = flags.shared.system_tokens;
+    o.question_tokens = flags.shared.question_tokens;
+    o.output_tokens = flags.shared.output_tokens;
+    o.request_rate = flags.shared.request_rate;
+    o.seed = flags.shared.seed;
+    w = sim::SyntheticWorkload(o);
   } else {
     sim::MultiTurnOptions o = flags.multi_turn;
     o.system_tokens = flags.shared.system_tokens;
@@ -70,9 +88,11 @@ absl::StatusOr<std::vector<PolicySpec>> ParsePolicySpecs(const std::string& list
     PolicySpec spec;
     const size_t colon = item.find(':');
     spec.name = item.substr(0, colon);
-    if (spec.name != "kv-aware" && spec.name != "round-robin" && spec.name != "random" &&
-        spec.name != "least-load") {
+    if (!core::ParsePolicy(spec.name).ok()) {
       return absl::InvalidArgumentError("unknown policy '" + spec.name + "'");
+    }
+    if (colon != std::string::npos && spec.name != "kv-aware") {
+      return absl::InvalidArgumentError("only kv-aware takes an overlap weight: '" + item + "'");
     }
     if (colon != std::string::npos) {
       std::string weight = item.substr(colon + 1);

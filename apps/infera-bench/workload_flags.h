@@ -16,10 +16,11 @@ namespace infera::bench {
 
 struct WorkloadFlags {
   std::string trace;               // Mooncake JSONL file (selects the trace workload)
-  std::string workload = "trace";  // trace | shared-prefix | multi-turn
+  std::string workload = "trace";  // trace | shared-prefix | multi-turn | synthetic
   sim::MooncakeOptions mooncake;
   sim::SharedPrefixOptions shared;
   sim::MultiTurnOptions multi_turn;
+  sim::SyntheticOptions synthetic;  // its lengths, rate and seed: the shared flags
   size_t images_per_request = 0;
   size_t distinct_images = 16;
 };
@@ -29,7 +30,8 @@ absl::StatusOr<sim::Workload> BuildWorkload(const WorkloadFlags& flags);
 
 // One entry of --policies: "kv-aware", "kv-aware:4" (overlap weight 4),
 // "kv-aware:20/2" (PD: prefill overlap weight 20, decode overlap weight 2; a mixed
-// fleet uses the first), "round-robin", "random", "least-load".
+// fleet uses the first), "round-robin", "random", "least-load", and the peers
+// "dynamo", "lmetric", "llm-d", "sglang" (doc/peers.md; no weight).
 struct PolicySpec {
   std::string name;
   double overlap_weight = 1.0;

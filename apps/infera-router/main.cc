@@ -68,7 +68,9 @@ int main(int argc, char** argv) {
   app.add_option("--port", port, "Port to listen on (0: any free port)")->capture_default_str();
   app.add_option("--threads", opt.threads, "Event-loop threads (0: all cores)")
       ->capture_default_str();
-  app.add_option("--router-policy", policy, "kv-aware | round-robin | random | least-load")
+  app.add_option("--router-policy", policy,
+                 "kv-aware | round-robin | random | least-load | dynamo | lmetric | llm-d | "
+                 "sglang (the last four: the peers' policies for A/B, doc/peers.md)")
       ->capture_default_str();
   app.add_option("--kv-overlap-weight", opt.policy.overlap_weight,
                  "Weight of missed prompt blocks against load (0: pure load balance)")
@@ -115,6 +117,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--load-term", load_term,
                  "work (pending prefill + KV pressure) | spec (active blocks until completion)")
+      ->capture_default_str();
+  app.add_option("--kv-pressure-threshold", opt.policy.kv_pressure_threshold,
+                 "work load term: a worker's KV use (fraction of its capacity) above which "
+                 "in-flight blocks cost (doc/selection.md)")
+      ->capture_default_str();
+  app.add_option("--load-queue-scaling", opt.policy.load_queue_scaling,
+                 "work load term: divide it by 1 + the candidates' mean requests in prefill, "
+                 "so a miss weighs 1 / (1 - utilisation) (true/false)")
+      ->capture_default_str();
+  app.add_option("--kv-pressure-slope", opt.policy.kv_pressure_slope,
+                 "work load term: cost per in-flight block above --kv-pressure-threshold "
+                 "(0: no KV pressure term)")
       ->capture_default_str();
   app.add_option("--router-tokenizer-path,--kv-tokenizer-path", opt.tokenizer_path,
                  "Directory with tokenizer.json and tokenizer_config.json (chat template), or "

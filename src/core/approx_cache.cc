@@ -92,4 +92,9 @@ size_t ApproxCache::BlockCount(TargetId target) const {
   return it == targets_.end() ? 0 : it->second.live.size();
 }
 
+bool ApproxCache::Holds(TargetId target, BlockHash hash) const {
+  auto it = targets_.find(target);
+  return it != targets_.end() && it->second.live.contains(hash);
+}
+
 }  // namespace infera::core

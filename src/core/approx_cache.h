@@ -61,6 +61,8 @@ class ApproxCache {
   void RemoveTarget(TargetId target);
 
   size_t BlockCount(TargetId target) const;
+  // Whether the target's prediction holds the block.
+  bool Holds(TargetId target, BlockHash hash) const;
 
  private:
   struct Stamped {

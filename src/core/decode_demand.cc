@@ -119,7 +119,6 @@ uint64_t DecodeDemand::Requests(const std::string& key) const {
   return it == entries_.end() ? 0 : it->second->requests;
 }
 
-
 void DecodeDemand::SetRemote(const std::string& key, uint64_t tokens, uint64_t requests) {
   if (tokens == 0 && requests == 0) {
     remote_.erase(key);

@@ -277,6 +277,24 @@ size_t LoadState::PendingGuards() const {
   return n;
 }
 
+size_t LoadState::Requests(TargetId target) const {
+  const Slot* slot = FindSlot(target);
+  return slot ? slot->pending_guards : 0;
+}
+
+size_t LoadState::PrefillingRequests(TargetId target) const {
+  const Slot* slot = FindSlot(target);
+  return slot ? slot->prefills.size() : 0;
+}
+
+size_t LoadState::NewActiveBlocks(TargetId target, std::span<const BlockHash> chain) const {
+  const Slot* slot = FindSlot(target);
+  if (slot == nullptr) return chain.size();
+  size_t n = 0;
+  for (BlockHash h : chain) n += slot->active.contains(h) ? 0 : 1;
+  return n;
+}
+
 void LoadState::RemoveTarget(TargetId target) {
   if (target >= slots_.size()) return;
   Slot& slot = slots_[target];

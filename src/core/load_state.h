@@ -77,7 +77,7 @@ struct LoadOptions {
   LoadTerm term = LoadTerm::kWork;
   double recent_decay = 0.97;          // kSpec only; 0 = off
   double kv_pressure_threshold = 0.8;  // fraction of the KV capacity
-  double kv_pressure_slope = 4.0;      // blocks of cost per in-flight block past it
+  double kv_pressure_slope = 1.0;      // blocks of cost per in-flight block past it
 };
 
 // What a pick still has to compute on its target.
@@ -172,6 +172,15 @@ class LoadState {
   double RemotePendingPrefillBlocks(TargetId target) const;
   // Guards handed out and not yet released, across all live targets.
   size_t PendingGuards() const;
+  // The target's in-flight requests (guards not yet released): the peers' "load" /
+  // batch size (doc/peers.md).
+  size_t Requests(TargetId target) const;
+  // The target's requests not yet past their prefill (pending prefill entries): the
+  // router's stand-in for an engine's waiting queue (doc/peers.md, llm-d).
+  size_t PrefillingRequests(TargetId target) const;
+  // Blocks of `chain` the target does not hold active yet: what the request would add
+  // to its active blocks (Dynamo's "incoming active blocks").
+  size_t NewActiveBlocks(TargetId target, std::span<const BlockHash> chain) const;
 
   // Drops all state of the target; its outstanding guards become no-ops.
   void RemoveTarget(TargetId target);

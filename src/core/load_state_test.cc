@@ -150,7 +150,7 @@ TEST(LoadStateTest, RecentChargesSettleWhenConfirmed) {
 }
 
 TEST(LoadStateTest, WorkTermIsPendingPrefillPlusKvPressure) {
-  LoadState load;  // defaults: work term, threshold 0.8, slope 4
+  LoadState load;  // defaults: work term, threshold 0.8, slope 1
   EXPECT_EQ(load.options().term, LoadTerm::kWork);
   auto a =
       load.AddActive(0, kPrefix, 0, {.blocks = 3, .last_block = BlockHash{4}, .first_block = 0});
@@ -159,10 +159,10 @@ TEST(LoadStateTest, WorkTermIsPendingPrefillPlusKvPressure) {
   EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 5.5);
   EXPECT_DOUBLE_EQ(load.Load(0, 100), 5.5);  // capacity unknown: no pressure
   load.SetCapacityBlocks(0, 10);
-  // 6 active + 4 incoming = 10 blocks, 2 past 8 (80 % of 10): 2 × 4 = 8.
-  EXPECT_DOUBLE_EQ(load.KvPressure(0, 4), 8);
+  // 6 active + 4 incoming = 10 blocks, 2 past 8 (80 % of 10): 2 × 1 = 2.
+  EXPECT_DOUBLE_EQ(load.KvPressure(0, 4), 2);
   EXPECT_DOUBLE_EQ(load.KvPressure(0, 2), 0);
-  EXPECT_DOUBLE_EQ(load.Load(0, 4), 5.5 + 8);
+  EXPECT_DOUBLE_EQ(load.Load(0, 4), 5.5 + 2);
   // The events confirm a's blocks: a's prefill is done (b's blocks 5, 6 are not).
   load.Settle(0, [](BlockHash h) { return h <= 4; });
   EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 2.5);
@@ -246,7 +246,7 @@ TEST(LoadStateTest, RemoteLoadAddsToTheLoadTermButNotToTheOwnCounts) {
   EXPECT_EQ(load.RemoteActiveBlocks(1), 6u);
   // Remote active blocks count in the KV pressure: 4 + 6 + 2 incoming over 0.8 × 10.
   load.SetCapacityBlocks(1, 10);
-  EXPECT_DOUBLE_EQ(load.KvPressure(1, 2), 4.0 * (12 - 8));
+  EXPECT_DOUBLE_EQ(load.KvPressure(1, 2), 1.0 * (12 - 8));  // the default slope, 1
   load.SetRemote(1, 0, -1);  // cleared; a negative pending clamps to 0
   EXPECT_DOUBLE_EQ(load.RemotePendingPrefillBlocks(1), 0);
   load.SetRemote(1, 3, 1);

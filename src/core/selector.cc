@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -36,17 +37,26 @@ const char* PolicyName(Policy policy) {
       return "random";
     case Policy::kLeastLoad:
       return "least-load";
+    case Policy::kDynamo:
+      return "dynamo";
+    case Policy::kLmetric:
+      return "lmetric";
+    case Policy::kLlmD:
+      return "llm-d";
+    case Policy::kSglang:
+      return "sglang";
   }
   return "kv-aware";
 }
 
 absl::StatusOr<Policy> ParsePolicy(std::string_view name) {
-  for (Policy p : {Policy::kKvAware, Policy::kRoundRobin, Policy::kRandom, Policy::kLeastLoad}) {
+  for (Policy p : {Policy::kKvAware, Policy::kRoundRobin, Policy::kRandom, Policy::kLeastLoad,
+                   Policy::kDynamo, Policy::kLmetric, Policy::kLlmD, Policy::kSglang}) {
     if (name == PolicyName(p)) return p;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown router policy '", std::string(name),
-                   "' (expected kv-aware, round-robin, random or least-load)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown router policy '", std::string(name),
+      "' (expected kv-aware, round-robin, random, least-load, dynamo, lmetric, llm-d or sglang)"));
 }
 
 double PolicyConfig::OverlapWeight(Role role) const {
@@ -80,7 +90,7 @@ absl::Status PolicyConfig::Validate() const {
                          std::pair{"--kv-host-hit-weight", host_hit_weight},
                          std::pair{"--kv-disk-hit-weight", disk_hit_weight},
                          std::pair{"multimodal weight factor", mm_weight_factor},
-                         std::pair{"KV pressure slope", kv_pressure_slope}}) {
+                         std::pair{"--kv-pressure-slope", kv_pressure_slope}}) {
     if (absl::Status s = check(flag, v); !s.ok()) return s;
   }
   if (prefill_overlap_weight) {
@@ -99,7 +109,7 @@ absl::Status PolicyConfig::Validate() const {
   }
   if (!(kv_pressure_threshold >= 0 && kv_pressure_threshold <= 1)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("KV pressure threshold must be in [0, 1], got ", kv_pressure_threshold));
+        absl::StrCat("--kv-pressure-threshold must be in [0, 1], got ", kv_pressure_threshold));
   }
   return absl::OkStatus();
 }
@@ -121,7 +131,14 @@ Selector::Selector(const PolicyConfig& config, const KvIndex& index)
       index_(index),
       load_(config.Load()),
       images_(ImageAffinity::kDefaultCapacity),
-      random_(config.random_seed) {}
+      random_(config.random_seed) {
+  if (config.policy == Policy::kSglang) {
+    // No expiry (SGLang evicts by size only): the logical clock never reaches the ttl.
+    sglang_tree_ = std::make_unique<ApproxCache>(
+        ApproxConfig{.ttl_ns = std::numeric_limits<int64_t>::max(),
+                     .max_blocks = std::max<size_t>(1, config.sglang.max_tree_blocks)});
+  }
+}
 
 const std::vector<BlockHash>& Selector::ChainFor(const RoutingInput& input, size_t block_size) {
   for (size_t i = 0; i < chains_used_; ++i) {
@@ -163,16 +180,27 @@ absl::StatusOr<PickResult> Selector::Pick(const RoutingInput& input,
       result.cost = result.load = costs_scratch_[best];
       break;
     }
+    case Policy::kDynamo:
+    case Policy::kLmetric:
+    case Policy::kLlmD:
+    case Policy::kSglang:
+      result = PickPeer(input, candidates);
+      // Dynamo and LMetric charge the blocks they believe uncached; the others the
+      // whole prompt (their pending prefill is bookkeeping: llm-d counts entries).
+      if (config_.policy == Policy::kDynamo || config_.policy == Policy::kLmetric) {
+        missed = result.request_blocks - result.credited;
+      }
+      break;
   }
   Finish(input, result.picked, missed, result);
   return result;
 }
 
-void Selector::Settle(std::span<const TargetId> candidates) {
-  if (config_.load_term == LoadTerm::kSpec) load_.DecayRecent();
+void Selector::Settle(std::span<const TargetId> candidates, bool from_views, bool decay) {
+  if (decay && config_.load_term == LoadTerm::kSpec) load_.DecayRecent();
   for (TargetId t : candidates) {
     load_.ObserveCachedBlocks(t, index_.BlockCount(t));
-    if (!config_.settle_from_views) continue;
+    if (!config_.settle_from_views || !from_views) continue;
     load_.Settle(t, [&](BlockHash h) {
       for (Tier tier : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
         if (index_.Holds(t, h, tier)) return true;
@@ -187,19 +215,9 @@ size_t Selector::BlocksOf(const RoutingInput& input, size_t block_size) {
                                   : input.estimated_tokens / block_size;
 }
 
-PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const TargetId> candidates) {
-  PickResult result;
+void Selector::MatchCandidates(const RoutingInput& input, std::span<const TargetId> candidates,
+                               bool use_tokens) {
   const size_t n = candidates.size();
-  const double w = config_.OverlapWeight(input.role) * input.overlap_weight_factor;
-  const bool has_images = !input.image_keys.empty();
-  // Text overlap is not trusted when images are present: the placeholder tokens are
-  // the same for every image. Image affinity replaces it, in the prefill/mixed pool.
-  const bool use_tokens = input.tokens.has_value() && !has_images;
-  const bool use_images = has_images && input.role != Role::kDecode;
-  result.w_overlap = use_tokens ? w : 0.0;
-  const double w_mm = use_images ? config_.mm_weight_factor * w : 0.0;
-
-  // Consecutive-prefix hits, one hash and one walk per distinct block size.
   matches_.assign(n, MatchCounts{});
   request_blocks_.assign(n, 0);
   grouped_.assign(n, 0);
@@ -233,10 +251,34 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
     }
     for (size_t k : group_) request_blocks_[k] = blocks;
   }
+}
+
+PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const TargetId> candidates) {
+  PickResult result;
+  const size_t n = candidates.size();
+  const double w = config_.OverlapWeight(input.role) * input.overlap_weight_factor;
+  const bool has_images = !input.image_keys.empty();
+  // Text overlap is not trusted when images are present: the placeholder tokens are
+  // the same for every image. Image affinity replaces it, in the prefill/mixed pool.
+  const bool use_tokens = input.tokens.has_value() && !has_images;
+  const bool use_images = has_images && input.role != Role::kDecode;
+  result.w_overlap = use_tokens ? w : 0.0;
+  const double w_mm = use_images ? config_.mm_weight_factor * w : 0.0;
+
+  MatchCandidates(input, candidates, use_tokens);
 
   Settle(candidates);
+  // Load queue scaling: the load term divided by 1 + the candidates' mean requests not
+  // past their prefill, i.e. a miss weighed by 1 / (1 − utilisation) (doc/selection.md).
+  double discount = 1.0;
+  if (config_.load_queue_scaling && config_.load_term == LoadTerm::kWork) {
+    double q = 0;
+    for (TargetId t : candidates) q += static_cast<double>(load_.PrefillingRequests(t));
+    discount = 1.0 + q / static_cast<double>(n);
+  }
   size_t best = 0;
   double best_cost = 0, best_load = 0, best_credited = 0;
+  size_t best_active = 0;
   result.costs.resize(n);
   const size_t start = TieStart(input.role, n);
   for (size_t k = 0; k < n; ++k) {
@@ -250,17 +292,23 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
             ? predictions_.Trust(t) * (m.device_hits + config_.host_hit_weight * m.host_hits +
                                        config_.disk_hit_weight * m.disk_hits)
             : 0.0;
-    const double load = load_.Load(t, request_blocks_[i]);
+    const double load = load_.Load(t, request_blocks_[i]) / discount;
     double cost = result.w_overlap * (request_blocks_[i] - credited) + load;
     if (use_images) {
       const size_t held = images_.CountHeld(t, input.image_keys);
       cost += w_mm * static_cast<double>(input.image_keys.size() - held);
     }
     result.costs[i] = cost;
-    if (k == 0 || Less(cost, best_cost) || (!Less(best_cost, cost) && Less(load, best_load))) {
+    // Ties: the lower load, then the fewer in-flight blocks (the engine whose decode
+    // steps are lighter), then the scan order.
+    const size_t active = load_.ActiveBlocks(t) + load_.RemoteActiveBlocks(t);
+    const bool tie = !Less(cost, best_cost) && !Less(best_cost, cost);
+    if (k == 0 || Less(cost, best_cost) ||
+        (tie && (Less(load, best_load) || (!Less(best_load, load) && active < best_active)))) {
       best = i;
       best_cost = cost;
       best_load = load;
+      best_active = active;
       best_credited = credited;
     }
   }
@@ -276,6 +324,81 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
   if (use_images) {
     result.mm_affinity_hits = static_cast<uint32_t>(images_.CountHeld(winner, input.image_keys));
     images_.Record(winner, input.image_keys);
+  }
+  return result;
+}
+
+PickResult Selector::PickPeer(const RoutingInput& input, std::span<const TargetId> candidates) {
+  PickResult result;
+  const size_t n = candidates.size();
+  const Policy policy = config_.policy;
+  // Like kv-aware: text overlap only with token ids and without images.
+  const bool use_tokens = input.tokens.has_value() && input.image_keys.empty();
+  MatchCandidates(input, candidates, use_tokens && policy != Policy::kSglang);
+  // Dynamo holds a request's prefill load until its first token (no view settling).
+  Settle(candidates, /*from_views=*/policy != Policy::kDynamo);
+  signals_.assign(n, PeerSignals{});
+  for (size_t i = 0; i < n; ++i) {
+    const TargetId t = candidates[i];
+    PeerSignals& s = signals_[i];
+    s.request_blocks = request_blocks_[i];
+    if (input.OverlapTrusted(t)) s.hits = matches_[i];
+    s.pending_prefill_blocks = load_.PendingPrefillBlocks(t) + load_.RemotePendingPrefillBlocks(t);
+    s.active_blocks = load_.ActiveBlocks(t) + load_.RemoteActiveBlocks(t);
+    s.requests = load_.Requests(t);
+    s.prefilling = load_.PrefillingRequests(t);
+    s.capacity_blocks = load_.CapacityBlocks(t);
+    if (policy == Policy::kDynamo && input.tokens.has_value()) {
+      s.new_active_blocks = load_.NewActiveBlocks(t, ChainFor(input, index_.BlockSize(t)));
+    } else if (policy == Policy::kDynamo) {
+      s.new_active_blocks = request_blocks_[i];
+    }
+    if (policy == Policy::kSglang) {
+      s.approx_blocks = sglang_tree_->BlockCount(t);
+      if (use_tokens) {
+        for (BlockHash h : ChainFor(input, index_.BlockSize(t))) {
+          if (!sglang_tree_->Holds(t, h)) break;
+          ++s.approx_hits;
+        }
+      }
+    }
+  }
+  const size_t start = TieStart(input.role, n);
+  result.costs.resize(n);
+  size_t best = start;
+  if (policy == Policy::kSglang) {
+    best = SglangChoose(signals_, config_.sglang, start);
+    for (size_t i = 0; i < n; ++i) result.costs[i] = static_cast<double>(signals_[i].requests);
+  } else {
+    if (policy == Policy::kLlmD) {
+      LlmdScores(signals_, config_.llmd, result.costs);
+      for (double& c : result.costs) c = -c;  // lower is better, as every cost
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        result.costs[i] = policy == Policy::kDynamo
+                              ? DynamoCost(signals_[i], input.role, config_.dynamo)
+                              : LmetricCost(signals_[i], config_.dynamo);
+      }
+    }
+    for (size_t k = 1; k < n; ++k) {
+      const size_t i = (start + k) % n;
+      if (Less(result.costs[i], result.costs[best])) best = i;
+    }
+  }
+  const TargetId winner = candidates[best];
+  result.picked = winner;
+  result.cost = result.costs[best];
+  result.request_blocks = request_blocks_[best];
+  result.hits = signals_[best].hits;
+  result.cache_hits = signals_[best].hits.total();
+  result.credited = DynamoCredit(signals_[best], config_.dynamo);
+  result.load = load_.Load(winner, request_blocks_[best]);
+  if (policy == Policy::kSglang && use_tokens) {
+    // The tree learns every routed request (SGLang inserts it whichever branch chose).
+    std::vector<BlockHash> removed;
+    sglang_tree_->Record(winner, ChainFor(input, index_.BlockSize(winner)), ++sglang_clock_,
+                         removed);
+    result.cache_hits = static_cast<uint32_t>(signals_[best].approx_hits);
   }
   return result;
 }
@@ -335,8 +458,18 @@ void Selector::Finish(const RoutingInput& input, TargetId picked, double missed_
   }
 }
 
+double Selector::MinLoad(std::span<const TargetId> candidates) {
+  Settle(candidates, /*from_views=*/config_.policy != Policy::kDynamo, /*decay=*/false);
+  double best = std::numeric_limits<double>::infinity();
+  for (TargetId t : candidates) {
+    best = std::min(best, load_.PendingPrefillBlocks(t) + load_.RemotePendingPrefillBlocks(t));
+  }
+  return candidates.empty() ? 0.0 : best;
+}
+
 void Selector::RemoveTarget(TargetId target) {
   load_.RemoveTarget(target);
+  if (sglang_tree_) sglang_tree_->RemoveTarget(target);
   images_.RemoveTarget(target);
   predictions_.RemoveTarget(target);
   absl::erase_if(rotations_, [&](const auto& entry) {

@@ -2,8 +2,8 @@
 //
 // Policies:
 //  * kv-aware:  cost(t) = w × (request_blocks − credited_hits(t)) + load(t), lowest
-//    wins; ties go to the lower load, then rotate (the scan starts one candidate
-//    further on every pick), never to a fixed index.
+//    wins; ties go to the lower load, then the fewer in-flight blocks, then rotate (the
+//    scan starts one candidate further on every pick), never to a fixed index.
 //      w = the role's overlap weight (prefill/decode) when set, else overlap_weight.
 //      credited_hits = trust(t) × (device hits + host_hit_weight × host hits
 //                      + disk_hit_weight × disk hits) (consecutive prefix, KvIndex);
@@ -12,7 +12,8 @@
 //      RoutingInput::overlap_untrusted (render parity diverged): its cost is then a
 //      cold target's, w × request_blocks + load, so its view's hits draw nothing.
 //      load(t) = LoadState::Load(t, request_blocks): --load-term work (default):
-//        pending prefill blocks + KV pressure; spec: active blocks + recent blocks.
+//        pending prefill blocks + KV pressure, divided by 1 + the candidates' mean
+//        requests in prefill (--load-queue-scaling); spec: active blocks + recent blocks.
 //    Requests without token ids have no cache term (w_overlap = 0).
 //    Requests with images (mixed/prefill roles): w_overlap = 0 and an image term
 //    w_mm × images_not_held(t), w_mm = mm_weight_factor × w; the winner records the
@@ -27,6 +28,11 @@
 //  * random: uniform over the candidates (seeded core::Random).
 //  * least-load: lowest load(t) (settled as above, no cache term: the pending
 //    prefill it adds is the whole prompt); ties rotate.
+//  * dynamo, lmetric, llm-d, sglang: the peers' policies (core/peer_policies.h,
+//    doc/peers.md), scored from the same index and load state; dynamo is not settled
+//    from the views (its prefill load counts until the first token, as Dynamo's);
+//    sglang matches against its own approximate tree of what it routed, not the
+//    events' view.
 // Every policy adds the request's blocks to the winner's active blocks and returns
 // the guard that releases them.
 //
@@ -48,6 +54,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -56,19 +63,31 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "core/approx_cache.h"
 #include "core/clock.h"
 #include "core/hashing.h"
 #include "core/image_affinity.h"
 #include "core/kv_index.h"
 #include "core/load_state.h"
+#include "core/peer_policies.h"
 #include "core/prediction_tracker.h"
 #include "core/types.h"
 
 namespace infera::core {
 
-enum class Policy : uint8_t { kKvAware, kRoundRobin, kRandom, kLeastLoad };
+enum class Policy : uint8_t {
+  kKvAware,
+  kRoundRobin,
+  kRandom,
+  kLeastLoad,
+  kDynamo,
+  kLmetric,
+  kLlmD,
+  kSglang,
+};
 
-// "kv-aware", "round-robin", "random", "least-load".
+// "kv-aware", "round-robin", "random", "least-load", "dynamo", "lmetric", "llm-d",
+// "sglang".
 const char* PolicyName(Policy policy);
 // Parses a --router-policy value (the names above).
 absl::StatusOr<Policy> ParsePolicy(std::string_view name);
@@ -83,13 +102,20 @@ struct PolicyConfig {
   double recent_decay = 0.97;                    // --kv-recent-decay (0 = off; spec term)
   LoadTerm load_term = LoadTerm::kWork;          // --load-term work|spec
   double kv_pressure_threshold = 0.8;            // fraction of a target's KV capacity
-  double kv_pressure_slope = 4.0;                // cost per in-flight block past it
+  double kv_pressure_slope = 1.0;                // cost per in-flight block past it
   double mm_weight_factor = 48.0;                // w_mm = factor × w
   uint64_t random_seed = 0;                      // the random policy's seed
   // Settle pending prefills and recent charges when a view shows their last block.
   // Approximate mode (approx_cache.h) turns it off: its views are the router's own
   // predictions, written at the pick, so they say nothing about a prefill's progress.
   bool settle_from_views = true;
+  // kv-aware, work term: divide the load term by 1 + the candidates' mean requests not
+  // past their prefill (a miss weighed by 1 / (1 − utilisation), doc/selection.md).
+  bool load_queue_scaling = true;  // --load-queue-scaling
+  // The peers' defaults (doc/peers.md); used only by their policies.
+  DynamoConfig dynamo;
+  LlmdConfig llmd;
+  SglangConfig sglang;
 
   // The overlap weight for `role`: the per-role weight when set, else the global one.
   double OverlapWeight(Role role) const;
@@ -171,6 +197,14 @@ class Selector {
   // index and distinct.
   absl::StatusOr<PickResult> Pick(const RoutingInput& input, std::span<const TargetId> candidates);
 
+  // The least pending prefill among the candidates (this replica's and the others'),
+  // after settling them: the blocks of prefill work a new request would queue behind
+  // on the least loaded candidate. The admission queue holds requests while it is past
+  // a threshold (core/admission_queue.h). KV pressure is not counted: a full engine
+  // with nothing to prefill still takes a request at once. REQUIRES: candidates are
+  // live in the index.
+  double MinLoad(std::span<const TargetId> candidates);
+
   // Drops the target's load, affinity and rotation state. Call it when the target
   // leaves the index (its id may be reused).
   void RemoveTarget(TargetId target);
@@ -188,8 +222,16 @@ class Selector {
   PickResult PickKvAware(const RoutingInput& input, std::span<const TargetId> candidates);
   size_t PickRoundRobin(std::span<const TargetId> candidates);
   size_t PickLeastLoad(const RoutingInput& input, std::span<const TargetId> candidates);
-  // Decays (spec term) and settles the candidates' load against their views.
-  void Settle(std::span<const TargetId> candidates);
+  // dynamo, lmetric, llm-d, sglang.
+  PickResult PickPeer(const RoutingInput& input, std::span<const TargetId> candidates);
+  // Consecutive-prefix hits of every candidate (matches_, request_blocks_), one hash and
+  // one walk per distinct block size; no hits when `use_tokens` is false.
+  void MatchCandidates(const RoutingInput& input, std::span<const TargetId> candidates,
+                       bool use_tokens);
+  // Decays (spec term) and settles the candidates' load against their views
+  // (`from_views` false: the learned capacity only; `decay` false: no decay step, for
+  // a look that is not a pick).
+  void Settle(std::span<const TargetId> candidates, bool from_views = true, bool decay = true);
   static size_t BlocksOf(const RoutingInput& input, size_t block_size);
   // Where this pick's scan starts: ties go to the first in scan order. One turn per
   // role: a PD request's prefill and decode picks alternate, so one shared turn would
@@ -223,6 +265,10 @@ class Selector {
   std::vector<TargetId> group_ids_;
   std::vector<MatchCounts> group_matches_;
   std::vector<double> costs_scratch_;  // least-load: load by position
+  std::vector<PeerSignals> signals_;   // peers: by position
+  // sglang: the approximate tree of what it routed (no expiry; its size bound).
+  std::unique_ptr<ApproxCache> sglang_tree_;
+  int64_t sglang_clock_ = 0;  // a logical clock: one tick per pick
 };
 
 }  // namespace infera::core

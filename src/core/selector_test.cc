@@ -516,7 +516,8 @@ TEST_F(SelectorTest, DefaultPendingPrefillIsSettledByEventsOrFirstToken) {
   ASSERT_TRUE(a.ok());
   EXPECT_DOUBLE_EQ(s.load().PendingPrefillBlocks(w0_), 10);
   EXPECT_DOUBLE_EQ(s.load().Load(w0_), 10);
-  // A different prompt: W0 (10 pending + 10 misses) loses to cold W1 (10 misses).
+  // A different prompt: W0 (10 misses + 10 pending, scaled by 1 + 0.5: one request in
+  // prefill over the two candidates) loses to cold W1 (10 misses).
   const std::vector<TokenId> other = OtherTokens(10, 5000);
   RoutingInput in = Input();
   in.tokens = std::span<const TokenId>(other);
@@ -524,7 +525,7 @@ TEST_F(SelectorTest, DefaultPendingPrefillIsSettledByEventsOrFirstToken) {
   auto b = s.Pick(in, cands);
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->picked, w1_);
-  EXPECT_DOUBLE_EQ(b->costs[0], 20);
+  EXPECT_DOUBLE_EQ(b->costs[0], 10 + 10 / 1.5);
   EXPECT_DOUBLE_EQ(b->costs[1], 10);
   // W0's events confirm a's last block: a's prefill is done; its blocks stay active.
   index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);
@@ -550,15 +551,15 @@ TEST_F(SelectorTest, DefaultKvPressureIsSteepPastTheThreshold) {
   Selector& s = Make(PolicyConfig{});
   s.load().SetCapacityBlocks(w0_, 100);
   s.load().SetCapacityBlocks(w1_, 100);
-  // W0 caches the prompt but holds 75 in-flight blocks (decoding: no pending
-  // prefill). With this request's 10 it would be at 85 %: 5 blocks past 80 % cost
-  // 4 each = 20, more than W1's 10 misses.
+  // W0 caches the prompt but holds 85 in-flight blocks (decoding: no pending
+  // prefill). With this request's 10 it would be at 95 %: 15 blocks past 80 % cost
+  // 1 each (the default slope) = 15, more than W1's 10 misses.
   index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);
-  Busy(s, w0_, 75);
+  Busy(s, w0_, 85);
   const TargetId cands[] = {w0_, w1_};
   auto p = s.Pick(Input(), cands);
   ASSERT_TRUE(p.ok());
-  EXPECT_DOUBLE_EQ(p->costs[0], 0 + 4.0 * 5);
+  EXPECT_DOUBLE_EQ(p->costs[0], 0 + 1.0 * 15);
   EXPECT_DOUBLE_EQ(p->costs[1], 10);
   EXPECT_EQ(p->picked, w1_);
   p->guard.Release();
@@ -569,6 +570,78 @@ TEST_F(SelectorTest, DefaultKvPressureIsSteepPastTheThreshold) {
   ASSERT_TRUE(q.ok());
   EXPECT_DOUBLE_EQ(q->costs[0], 0);
   EXPECT_EQ(q->picked, w0_);
+}
+
+// The load term is divided by 1 + the candidates' mean requests in prefill: with 2
+// requests prefilling on W0 and none on W1 the mean is 1, so W0's 20 blocks of pending
+// prefill cost 10 — against W1's 10 misses, a tie that goes to the lower load (W1);
+// unscaled, 20 > 10. With one request left (mean 0.5) W0's 10 blocks cost 6.7 < 10 and
+// the warm W0 wins; unscaled it is a tie again and the cold W1 wins it.
+TEST_F(SelectorTest, LoadIsScaledByTheRequestsInPrefill) {
+  for (bool scaling : {true, false}) {
+    PolicyConfig c;
+    c.load_queue_scaling = scaling;
+    Selector& s = Make(c);
+    index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);
+    std::vector<LoadState::ActiveGuard> held;
+    PendingPrefill ten;
+    ten.blocks = 10;
+    for (int i = 0; i < 2; ++i) held.push_back(s.load().AddActive(w0_, {}, 1, ten));
+    const TargetId cands[] = {w0_, w1_};
+    auto p = s.Pick(Input(), cands);
+    ASSERT_TRUE(p.ok());
+    EXPECT_DOUBLE_EQ(p->costs[0], scaling ? 20.0 / 2 : 20.0);
+    EXPECT_DOUBLE_EQ(p->costs[1], 10);
+    EXPECT_EQ(p->picked, w1_);
+    p->guard.Release();
+    held.pop_back();  // one left: mean 0.5, 10 / 1.5 < 10 misses: W0 hits
+    auto q = s.Pick(Input(), cands);
+    ASSERT_TRUE(q.ok());
+    EXPECT_DOUBLE_EQ(q->costs[0], scaling ? 10.0 / 1.5 : 10.0);
+    EXPECT_EQ(q->picked, scaling ? w0_ : w1_);
+    q->guard.Release();
+    index_.RemoveRouterHashes(w0_, chain_, Tier::kDevice);
+  }
+}
+
+// Hot-prefix replication (Preble's idea, issue 25) falls out of the cost: W0 holds the
+// hot prompt but has 3 of them prefilling (30 blocks); scaled by 1 + 1.5 that is 12,
+// more than cold W1's 10 misses, so W1 computes it and becomes its second home; once
+// W1's view holds it too, the prompt goes to whichever home is less loaded.
+TEST_F(SelectorTest, AHotPrefixGetsASecondHomeWhenItsHolderQueues) {
+  Selector& s = Make(PolicyConfig{});
+  index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);
+  const TargetId w0_only[] = {w0_};
+  std::vector<PickResult> running;
+  for (int i = 0; i < 3; ++i) {
+    auto hot = s.Pick(Input(), w0_only);
+    ASSERT_TRUE(hot.ok());
+    running.push_back(std::move(*hot));
+  }
+  // The view holds the whole chain, so those picks charged no pending prefill; the
+  // queued work of the hot prompt's requests is added explicitly (3 × 10 blocks).
+  PendingPrefill ten;
+  ten.blocks = 10;
+  std::vector<LoadState::ActiveGuard> queued;
+  for (int i = 0; i < 3; ++i) queued.push_back(s.load().AddActive(w0_, {}, 1, ten));
+  const TargetId cands[] = {w0_, w1_};
+  auto second = s.Pick(Input(), cands);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->picked, w1_);  // the second home
+  EXPECT_EQ(second->cache_hits, 0u);
+  // W1's events store the prompt: both are homes; W0 is still busier.
+  index_.InsertRouterHashes(w1_, chain_, Tier::kDevice);
+  second->guard.PrefillDone();
+  auto third = s.Pick(Input(), cands);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->picked, w1_);
+  EXPECT_EQ(third->cache_hits, 10u);
+  // W0 drains: it takes the prompt back (a hit on either; the lower load wins).
+  queued.clear();
+  third->guard.Release();
+  auto fourth = s.Pick(Input(), cands);
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_EQ(fourth->cache_hits, 10u);
 }
 
 TEST_F(SelectorTest, CapacityIsLearnedOnceTheViewHasEvicted) {

@@ -103,10 +103,12 @@ class Simulation {
       Sample(t);
       if (t_delivery == t) {
         Deliver();
+        Drain(t);
       } else if (t_step == t) {
         const uint32_t e = steps_.top().second;
         steps_.pop();
         CompleteStep(e, t);
+        Drain(t);
       } else if (t_handoff == t) {
         const size_t i = handoffs_.top().second;
         handoffs_.pop();
@@ -117,6 +119,7 @@ class Simulation {
       }
       result_.end_ns = t;
     }
+    if (queue_) result_.queue = queue_->stats();
     for (const EngineSlot& s : engines_) {
       result_.engine_stats.push_back(s.engine->stats());
       result_.engine_block_counts.push_back(s.engine->cache().NumCached());
@@ -289,6 +292,46 @@ class Simulation {
     RequestOutcome& r = result_.requests[i];
     r.arrival_ns = t;
     r.prompt_tokens = w.prompt_tokens;
+    if (queue_) {
+      ExpireQueued(t);
+      const bool must_wait = selector_.MinLoad(candidates_) >= config_.queue_threshold_blocks;
+      switch (queue_->Offer(i, std::to_string(w.session), 0, t, must_wait)) {
+        case core::Admission::kBindNow:
+          break;
+        case core::Admission::kQueued:
+          return;
+        case core::Admission::kRejected:
+          r.shed = true;
+          return;
+      }
+    }
+    Bind(i, t);
+  }
+
+  // Requests held too long are shed.
+  void ExpireQueued(int64_t t) {
+    for (uint64_t id : queue_->Expire(t)) {
+      result_.requests[id].shed = true;
+      result_.requests[id].queue_ns = t - result_.requests[id].arrival_ns;
+    }
+  }
+
+  // Binds held requests while some engine's load is under the threshold (late binding:
+  // the pick sees the load of now, not of the arrival).
+  void Drain(int64_t t) {
+    if (!queue_ || queue_->empty()) return;
+    ExpireQueued(t);
+    while (!queue_->empty() && selector_.MinLoad(candidates_) < config_.queue_threshold_blocks) {
+      const uint64_t i = *queue_->PopNext(t);
+      result_.requests[i].queue_ns = t - result_.requests[i].arrival_ns;
+      Bind(i, t);
+    }
+  }
+
+  // The pick and the engine submission of request i at time t.
+  void Bind(size_t i, int64_t t) {
+    const WorkloadRequest& w = workload_.requests[i];
+    RequestOutcome& r = result_.requests[i];
     std::vector<core::TokenId> tokens;
     workload_.Materialize(w, tokens);
     request_id_ = "r" + std::to_string(i);
@@ -381,6 +424,10 @@ class Simulation {
   std::string request_id_;
   std::unique_ptr<core::ApproxCache> approx_ =
       config_.approx.ttl_ns > 0 ? std::make_unique<core::ApproxCache>(config_.approx) : nullptr;
+  std::unique_ptr<core::AdmissionQueue> queue_ =
+      config_.admission_queue && !config_.pd_fleet()
+          ? std::make_unique<core::AdmissionQueue>(config_.queue)
+          : nullptr;
   std::vector<core::BlockHash> chain_, removed_;  // approximate mode's scratch
   int64_t next_sample_ns_ = 0;
   int64_t sample_interval_ns_ = 0;

@@ -26,6 +26,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/admission_queue.h"
 #include "core/approx_cache.h"
 #include "core/decode_demand.h"
 #include "core/pd_planner.h"
@@ -66,6 +67,13 @@ struct OfflineConfig {
   // request's reservation is booked at its decode pick and released at its last token.
   core::DemandMode decode_demand = core::DemandMode::kOff;
   double decode_request_weight = 0;
+  // Admission queue with late binding (doc/admission.md; mixed fleets only): an
+  // arrival is held while every engine's load (Selector::MinLoad) is at least
+  // `queue_threshold_blocks`, and bound when one drops below it (after each step and
+  // each KV-event delivery). Tenant = the workload request's session; priority 0.
+  bool admission_queue = false;
+  double queue_threshold_blocks = 1024;
+  core::QueueConfig queue;
 
   bool pd_fleet() const { return prefill_engines > 0 && decode_engines > 0; }
   size_t total_engines() const { return pd_fleet() ? prefill_engines + decode_engines : engines; }
@@ -88,6 +96,10 @@ struct RequestOutcome {
   int64_t prefill_done_ns = -1;       // the prefill leg's answer
   int64_t transfer_ns = 0;            // KV transfer time charged before the decode leg
   uint32_t decode_cached_tokens = 0;  // the decode engine's own prefix hit
+  // Admission queue: shed = rejected by the router (its 429: queue full or waited too
+  // long), never sent to an engine; queue_ns = time held before it was bound.
+  bool shed = false;
+  int64_t queue_ns = 0;
 };
 
 struct OfflineResult {
@@ -107,6 +119,7 @@ struct OfflineResult {
   // the original policy's choice.
   uint64_t demand_decisions = 0;
   uint64_t demand_agreements = 0;
+  core::QueueStats queue;  // admission queue (zeros when off)
   // At the end of the run: blocks each engine caches, and blocks the router's index
   // holds for it (equal when every event was delivered and applied).
   std::vector<size_t> engine_block_counts;

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 namespace infera::sim {
 namespace {
 
@@ -229,6 +232,77 @@ TEST(OfflineSimulatorTest, PdTransferTimeFollowsTheBandwidth) {
   EXPECT_EQ(a.requests[0].transfer_ns, fast.kv_transfer.TransferNs(tokens));
   EXPECT_EQ(b.requests[0].transfer_ns, slow.kv_transfer.TransferNs(tokens));
   EXPECT_NEAR(static_cast<double>(b.requests[0].transfer_ns) / a.requests[0].transfer_ns, 10, 0.01);
+}
+
+// A burst of 64 requests at t = 0 on 2 engines with the admission queue: requests are
+// held while both engines have prefill pending past the threshold, bound as they free,
+// every one completes, and nothing is left held (no guard leaks).
+TEST(OfflineSimulatorTest, AdmissionQueueHoldsABurstAndBindsEveryRequest) {
+  SyntheticOptions o;
+  o.requests = 64;
+  o.prefixes = 4;
+  o.system_tokens = 1024;
+  o.question_tokens = 256;
+  o.output_tokens = 16;
+  o.request_rate = 0;  // all at t = 0
+  const Workload w = SyntheticWorkload(o);
+  OfflineConfig c = Config(core::Policy::kKvAware, 2, 8192);
+  c.admission_queue = true;
+  c.queue_threshold_blocks = 128;
+  const OfflineResult r = RunOffline(w, c);
+  EXPECT_GT(r.queue.queued, 0u);
+  EXPECT_EQ(r.queue.bound_now + r.queue.queued, w.requests.size());
+  EXPECT_EQ(r.queue.released, r.queue.queued);
+  EXPECT_EQ(r.queue.rejected_full + r.queue.expired, 0u);
+  size_t held = 0;
+  for (const RequestOutcome& out : r.requests) {
+    EXPECT_FALSE(out.shed);
+    EXPECT_GE(out.finish_ns, out.first_token_ns);
+    EXPECT_GE(out.first_token_ns - out.arrival_ns, out.queue_ns);
+    held += out.queue_ns > 0 ? 1 : 0;
+  }
+  EXPECT_GT(held, 0u);
+  // The same burst with a bound of 8 waiting: the rest is shed (the router's 429).
+  c.queue.max_queued = 8;
+  const OfflineResult bounded = RunOffline(w, c);
+  EXPECT_GT(bounded.queue.rejected_full, 0u);
+  size_t shed = 0;
+  for (const RequestOutcome& out : bounded.requests) shed += out.shed ? 1 : 0;
+  EXPECT_EQ(shed, bounded.queue.rejected_full);
+}
+
+TEST(OfflineSimulatorTest, SyntheticWorkloadIsSeededAndShaped) {
+  SyntheticOptions o;
+  o.requests = 400;
+  o.prefixes = 8;
+  o.dominant_share = 0.75;
+  o.burst = 4;
+  o.request_rate = 10;
+  const Workload a = SyntheticWorkload(o), b = SyntheticWorkload(o);
+  ASSERT_EQ(a.requests.size(), 400u);
+  std::map<uint64_t, size_t> per_prompt;
+  for (size_t i = 0; i < a.requests.size(); ++i) {
+    EXPECT_EQ(a.requests[i].arrival_ns, b.requests[i].arrival_ns);
+    // Bursts of 4 arrive together.
+    if (i % 4 != 0) {
+      EXPECT_EQ(a.requests[i].arrival_ns, a.requests[i - 1].arrival_ns);
+    }
+    ++per_prompt[a.requests[i].segments[0].seed];
+    EXPECT_GE(a.requests[i].segments[1].length, o.question_tokens / 2);
+    EXPECT_LE(a.requests[i].segments[1].length, o.question_tokens * 3 / 2);
+  }
+  // 8 system prompts; ~0.75 + 0.25 / 8 of the requests share prompt 0.
+  EXPECT_EQ(per_prompt.size(), 8u);
+  size_t dominant = 0;
+  for (const auto& [seed, n] : per_prompt) dominant = std::max(dominant, n);
+  EXPECT_GT(dominant, 280u);
+  EXPECT_LT(dominant, 340u);
+  // Mean rate ~10/s: 400 requests in ~40 s.
+  const double span_s = a.requests.back().arrival_ns / 1e9;
+  EXPECT_GT(span_s, 25);
+  EXPECT_LT(span_s, 60);
+  o.prefixes = 0;
+  EXPECT_EQ(SyntheticWorkload(o).requests[0].segments.size(), 1u);  // question only
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "sim/workload.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -20,6 +21,7 @@ uint64_t Mix(uint64_t a, uint64_t b) {
 constexpr uint64_t kMooncakeSpace = 0x6d6f6f6e63616b65ULL;
 constexpr uint64_t kSharedSpace = 0x7368617265642d70ULL;
 constexpr uint64_t kTurnSpace = 0x6d756c74692d7475ULL;
+constexpr uint64_t kSyntheticSpace = 0x73796e7468657469ULL;
 
 int64_t ArrivalNs(size_t i, double rate) {
   if (rate <= 0) return 0;
@@ -144,6 +146,37 @@ Workload MultiTurnWorkload(const MultiTurnOptions& o) {
       r.output_tokens = std::max<uint32_t>(1, o.output_tokens);
       w.requests.push_back(std::move(r));
     }
+  }
+  return w;
+}
+
+Workload SyntheticWorkload(const SyntheticOptions& o) {
+  Workload w;
+  core::Random rng(Mix(kSyntheticSpace, o.seed));
+  const uint64_t base = Mix(kSyntheticSpace, o.seed + 1);
+  auto around = [&](uint32_t mean) {
+    if (mean < 2) return std::max<uint32_t>(mean, 1);
+    return static_cast<uint32_t>(mean / 2 + rng.Uniform(mean + 1));
+  };
+  const size_t burst = std::max<size_t>(1, o.burst);
+  double t_s = 0;
+  w.requests.reserve(o.requests);
+  for (size_t i = 0; i < o.requests; ++i) {
+    if (i % burst == 0 && i > 0 && o.request_rate > 0) {
+      // Exponential gap of the bursts' Poisson process (rate / burst).
+      const double u = std::max(1e-12, rng.UniformDouble());
+      t_s += -std::log(u) * static_cast<double>(burst) / o.request_rate;
+    }
+    WorkloadRequest r;
+    r.arrival_ns = static_cast<int64_t>(std::llround(t_s * 1e9));
+    if (o.prefixes > 0) {
+      const bool dominant = rng.UniformDouble() < o.dominant_share;
+      const uint64_t prefix = dominant ? 0 : rng.Uniform(o.prefixes);
+      Add(r, Mix(base, prefix), o.system_tokens);
+    }
+    Add(r, Mix(Mix(base, 0xffffffffULL), i), around(o.question_tokens));
+    r.output_tokens = std::max<uint32_t>(1, around(o.output_tokens));
+    w.requests.push_back(std::move(r));
   }
   return w;
 }

@@ -90,6 +90,26 @@ struct MultiTurnOptions {
 };
 Workload MultiTurnWorkload(const MultiTurnOptions& options);
 
+// Synthetic traffic for the load sweeps (doc/results-sim.md, issue 25): each request
+// is a system prompt (one of `prefixes`; none when 0) plus its own question, with
+// Poisson arrivals at `request_rate` (seeded), optionally in bursts of `burst`
+// requests arriving together (the bursts' instants are Poisson at rate / burst).
+// Prefix choice: prefix 0 with probability `dominant_share`, else uniform over all
+// `prefixes` (so dominant_share 0 is uniform). Question and output lengths are
+// uniform in [mean/2, 3·mean/2].
+struct SyntheticOptions {
+  size_t requests = 2000;
+  size_t prefixes = 64;
+  double dominant_share = 0.0;
+  uint32_t system_tokens = 2048;
+  uint32_t question_tokens = 512;
+  uint32_t output_tokens = 256;
+  double request_rate = 4.0;
+  size_t burst = 1;
+  uint64_t seed = 3;
+};
+Workload SyntheticWorkload(const SyntheticOptions& options);
+
 // Gives each request `images_per_request` images drawn from `distinct_images` keys
 // (seeded), so repeats of an image can be routed to the same engine.
 void AttachImages(Workload& workload, size_t images_per_request, size_t distinct_images,
