@@ -9,6 +9,7 @@
 //
 // A request on a pooled connection that fails before any response byte (the
 // server closed the idle connection) is retried once on a fresh connection.
+// Interim responses (1xx other than 101) are skipped: Send() returns the final one.
 //
 // Errors: cannot connect / connection lost -> Unavailable; deadline passed ->
 // DeadlineExceeded; Cancel() -> Cancelled; malformed response -> DataLoss; this
