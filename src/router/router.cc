@@ -15,6 +15,7 @@
 #include "router/request_pipeline.h"
 #include "router/router_metrics.h"
 #include "router/steady_clock.h"
+#include "router/work_pool.h"
 #include "router/worker_set.h"
 #include "spdlog/spdlog.h"
 
@@ -36,6 +37,14 @@ uint64_t PolicySeed(const std::optional<uint64_t>& flag, const std::optional<uin
   if (flag) return *flag;
   if (env) return core::Random(*env ^ 0x9e3779b97f4a7c15ull).Next();
   return OsRandom();
+}
+
+// This router's id in X-Infera-Via: 16 hex digits, random per process.
+std::string HopId(uint64_t salt) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(16, '0');
+  for (int i = 15; i >= 0; --i, salt >>= 4) id[static_cast<size_t>(i)] = kHex[salt & 15];
+  return id;
 }
 
 }  // namespace
@@ -84,10 +93,10 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
           // A probe that ends on its own is reported by the request timeout at the latest.
           .breaker_probe_lease_ms = options_.request_timeout_ms + options_.breaker_cooldown_ms},
       *events_, *planner_, *metrics_);
+  work_pool_ = std::make_unique<WorkPool>(options_.tokenize_threads);
   encoder_ = std::make_unique<PromptEncoder>(
-      PromptEncoderOptions{.max_tokenize_bytes = options_.max_tokenize_bytes,
-                           .threads = options_.tokenize_threads},
-      *metrics_);
+      PromptEncoderOptions{.max_tokenize_bytes = options_.max_tokenize_bytes}, *metrics_,
+      *work_pool_);
   upstream_ = env.upstream ? env.upstream(*pool_, *clock_)
                            : std::make_unique<HttpUpstream>(*pool_, *clock_);
   parity_ = std::make_unique<RenderParityProber>(options_.render_parity, *pool_, *upstream_,
@@ -101,8 +110,12 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
   dispatcher_ = std::make_unique<PdDispatcher>(
       options_.max_attempts, options_.request_timeout_ms, options_.pd, *workers_, *planner_,
       *upstream_, *mixed_dispatcher_, *clock_, *metrics_, SaltFrom(env.seed) ^ 0x5044);
-  pipeline_ = std::make_unique<RequestPipeline>(options_.request_timeout_ms, *encoder_,
-                                                *dispatcher_, *clock_, *metrics_);
+  pipeline_ = std::make_unique<RequestPipeline>(
+      PipelineOptions{.request_timeout_ms = options_.request_timeout_ms,
+                      .relay = {.max_sse_event_bytes = options_.max_sse_event_bytes,
+                                .max_translated_bytes = options_.max_translated_response_bytes},
+                      .router_id = HopId(SaltFrom(env.seed))},
+      *encoder_, *dispatcher_, *clock_, *metrics_, *work_pool_);
   views_ = std::make_unique<AdminViews>(*workers_, *planner_, index_, *events_, *metrics_,
                                         options_.ready_after_replay);
   if (options_.replica_sync) {
@@ -132,6 +145,9 @@ absl::Status Router::Start() {
       *pool_, sopt,
       [this](http::Request& r, http::ResponseWriter& w) { return front_->Handle(r, w); });
   if (absl::Status s = server_->Listen(); !s.ok()) return s;
+  // Records pointing at this router's own address are refused from now on (loops).
+  workers_->set_self_address(std::make_shared<const discovery::SelfAddress>(
+      discovery::SelfAddress::ForListen(sopt.host, server_->port())));
   server_->Start();
   pool_->Start();
   started_ = true;
