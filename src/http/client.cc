@@ -25,6 +25,9 @@ constexpr absl::string_view kLocalErrorPayload = "infera.http/local-error";
 // Interim (1xx) responses skipped before the final one; more is a malformed answer.
 constexpr int kMaxInterimResponses = 8;
 
+// At most this many body bytes per ClientStream::Read().
+constexpr size_t kMaxPieceBytes = 64u << 10;
+
 // The errno name of a failure of this process's own resources, or "".
 std::string_view LocalKind(const beast::error_code& ec) {
   if (ec.category() != boost::system::system_category() &&
@@ -105,6 +108,7 @@ struct ClientStream::Impl {
   uint64_t body_bytes = 0;
   bool cancelled = false;
   bool broken = false;
+  absl::Status error;  // why it broke, when Read() returned bytes first
   bool done = false;
   // Body pieces are read into this buffer, then copied out; 8 KiB keeps the whole
   // Impl a small allocation for mimalloc.
@@ -143,10 +147,25 @@ void ClientStream::Cancel() {
 
 Awaitable<absl::StatusOr<std::optional<std::string>>> ClientStream::Read() {
   Impl& s = *impl_;
+  // What this call returns: every body byte parsable without waiting, up to
+  // kMaxPieceBytes (one socket read buffers up to 64 KiB; handing it over 8 KiB at a
+  // time cost a relay one round trip per 8 KiB).
+  std::string out;
+  auto fail = [&](absl::Status error) -> absl::StatusOr<std::optional<std::string>> {
+    s.broken = true;
+    if (out.empty()) return error;
+    s.error = std::move(error);  // the bytes before it first; the error next time
+    return std::optional<std::string>(std::move(out));
+  };
   while (true) {
     if (s.cancelled) co_return absl::CancelledError("upstream read: cancelled");
-    if (s.done) co_return std::optional<std::string>();
-    if (s.broken) co_return absl::UnavailableError("upstream read: connection broken");
+    if (s.done) {
+      if (out.empty()) co_return std::optional<std::string>();
+      co_return std::optional<std::string>(std::move(out));
+    }
+    if (s.broken) {
+      co_return s.error.ok() ? absl::UnavailableError("upstream read: connection broken") : s.error;
+    }
     s.parser->get().body().data = s.chunk;
     s.parser->get().body().size = sizeof(s.chunk);
     beast::error_code ec;
@@ -158,22 +177,20 @@ Awaitable<absl::StatusOr<std::optional<std::string>>> ClientStream::Read() {
       if (ec == bhttp::error::need_more) ec = {};
     }
     if (!ec && used == 0 && !s.parser->is_done()) {
+      if (!out.empty()) co_return std::optional<std::string>(std::move(out));  // no waiting
       s.stream.expires_at(s.deadline);
       co_await bhttp::async_read_some(s.stream, s.buffer, *s.parser, NoThrow(ec));
     }
     if (ec == bhttp::error::need_buffer) ec = {};
-    if (ec) {
-      s.broken = true;
-      co_return MapError(ec, "upstream read", s.cancelled);
-    }
+    if (ec) co_return fail(MapError(ec, "upstream read", s.cancelled));
     size_t n = sizeof(s.chunk) - s.parser->get().body().size;
     if (s.parser->is_done()) s.done = true;
     s.body_bytes += n;
     if (s.body_bytes > s.body_limit) {
-      s.broken = true;
-      co_return absl::ResourceExhaustedError("upstream response body exceeds the limit");
+      co_return fail(absl::ResourceExhaustedError("upstream response body exceeds the limit"));
     }
-    if (n > 0) co_return std::optional<std::string>(std::string(s.chunk, n));
+    out.append(s.chunk, n);
+    if (out.size() >= kMaxPieceBytes) co_return std::optional<std::string>(std::move(out));
   }
 }
 
