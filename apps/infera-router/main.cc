@@ -140,8 +140,9 @@ int main(int argc, char** argv) {
                  "rendering) are not tokenized: sized by the bytes/4 estimate (0: no limit)")
       ->capture_default_str();
   app.add_option("--tokenize-threads", opt.tokenize_threads,
-                 "Threads rendering and tokenizing prompts of 16 KiB and more off the event "
-                 "loops (0: max(1, cores / 2))")
+                 "Threads rendering and tokenizing prompts of 16 KiB and more, and parsing "
+                 "and translating request bodies of 16 KiB and more, off the event loops "
+                 "(0: max(1, cores / 2))")
       ->capture_default_str();
   CLI::Option* seed_flag =
       app.add_option("--router-random-seed", random_seed,
@@ -278,6 +279,13 @@ int main(int argc, char** argv) {
   app.add_option("--max-body-bytes", max_body, "Request body limit (413 above)")
       ->capture_default_str();
   app.add_option("--max-header-bytes", max_header, "Request header limit (431 above)")
+      ->capture_default_str();
+  app.add_option("--max-sse-event-bytes", opt.max_sse_event_bytes,
+                 "Largest SSE event relayed from a worker; past it the stream ends with an "
+                 "in-band error event")
+      ->capture_default_str();
+  app.add_option("--max-translated-response-bytes", opt.max_translated_response_bytes,
+                 "Largest non-streamed worker answer translated for /v1/messages (502 above)")
       ->capture_default_str();
   app.add_option("--max-connections", opt.server.max_connections,
                  "Open client connections; past it a new one gets 503 (0: (open-file limit "

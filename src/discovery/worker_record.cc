@@ -1,5 +1,6 @@
 #include "discovery/worker_record.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 
@@ -82,6 +83,11 @@ absl::StatusOr<std::string> HostPortOfUrl(std::string_view url) {
   }
   std::string_view rest = url.substr(kScheme.size());
   std::string_view host_port = rest.substr(0, rest.find('/'));
+  // Not echoed: it may hold a password.
+  if (host_port.find('@') != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        "url must not carry user info (credentials); a worker's url is http://host:port");
+  }
   size_t colon = host_port.rfind(':');
   if (host_port.empty() || colon == std::string_view::npos || colon == 0 ||
       colon + 1 == host_port.size()) {
@@ -108,8 +114,13 @@ absl::StatusOr<WorkerRecord> WorkerRecordFromJson(const json& obj) {
   if (!host_port.ok()) return FieldError("url", MessageOf(host_port.status()));
   if (auto s = ReadString(obj, "worker_id", &r.worker_id); !s.ok()) return s;
   if (r.worker_id.empty()) r.worker_id = *host_port;
-  if (r.worker_id.find_first_of(" \t\r\n/") != std::string::npos) {
-    return FieldError("worker_id", "must not contain whitespace or '/'");
+  // The id is shown to clients (X-Infera-Worker-Id), in metric labels and URLs
+  // (cache-view): visible ASCII only, no raw record bytes.
+  if (r.worker_id.size() > kMaxWorkerIdBytes ||
+      !std::all_of(r.worker_id.begin(), r.worker_id.end(),
+                   [](char c) { return c > 0x20 && c < 0x7f && c != '/'; })) {
+    return FieldError("worker_id", Cat("must be 1 to ", kMaxWorkerIdBytes,
+                                       " visible ASCII characters other than '/'"));
   }
   if (auto s = ReadString(obj, "model_name", &r.model_name); !s.ok()) return s;
   if (auto s = ReadString(obj, "engine", &r.engine); !s.ok()) return s;

@@ -65,6 +65,8 @@ inline constexpr uint32_t kMaxDpRanks = 1u << 12;  // dp_rank + dp_size <= this
 inline constexpr uint32_t kMaxNumGpuBlocks = 1u << 31;
 inline constexpr size_t kMaxRecordBytes = 64 * 1024;
 inline constexpr size_t kMaxLoraAdapters = 1024;
+// worker_id: 1 to this many visible ASCII characters (0x21-0x7e) other than '/'.
+inline constexpr size_t kMaxWorkerIdBytes = 256;
 
 // "mixed" | "prefill" | "decode".
 std::string_view DisaggModeName(DisaggMode mode);
@@ -82,7 +84,8 @@ absl::StatusOr<WorkerRecord> WorkerRecordFromJson(const nlohmann::json& value);
 nlohmann::json WorkerRecordToJson(const WorkerRecord& record);
 std::string SerializeWorkerRecord(const WorkerRecord& record);
 
-// "host:port" of an "http://host:port[/...]" URL; InvalidArgument otherwise.
+// "host:port" of an "http://host:port[/...]" URL; InvalidArgument otherwise (also
+// for user info, "http://user:pw@host:port": a record never carries credentials).
 absl::StatusOr<std::string> HostPortOfUrl(std::string_view url);
 
 }  // namespace infera::discovery

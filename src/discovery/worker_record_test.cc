@@ -9,6 +9,7 @@ namespace infera::discovery {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr std::string_view kFull = R"({
   "worker_id": "10.0.0.5:30000", "url": "http://10.0.0.5:30000",
@@ -109,6 +110,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"url": "http://h:99999"})", "bad port"},
         BadCase{R"({"url": "http://h:x1"})", "bad port"},
         BadCase{R"({"url": "http://h:1", "worker_id": "a b"})", "'worker_id'"},
+        BadCase{R"({"url": "http://h:1", "worker_id": "a\u0001b"})", "visible ASCII"},
+        BadCase{R"({"url": "http://h:1", "worker_id": "a\u007fb"})", "visible ASCII"},
+        BadCase{R"({"url": "http://h:1", "worker_id": "w\u00e9"})", "visible ASCII"},
+        BadCase{R"({"url": "http://h:1", "worker_id": "a/b"})", "'worker_id'"},
+        BadCase{R"({"url": "http://user:pw@h:1"})", "user info"},
+        BadCase{R"({"url": "http://h:1@evil:2"})", "user info"},
         BadCase{R"({"url": "http://h:1", "engine": "trt"})", "'engine'"},
         BadCase{R"({"url": "http://h:1", "disagg_mode": "both"})", "'disagg_mode'"},
         BadCase{R"({"url": "http://h:1", "disagg_mode": 1})", "'disagg_mode' must be a string"},
@@ -164,6 +171,14 @@ TEST(WorkerRecordTest, DisaggModeNames) {
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(*back, m);
   }
+}
+
+// A url's credentials never reach a log line or a client through an error message.
+TEST(WorkerRecordTest, CredentialsInAUrlAreNotEchoed) {
+  auto r = ParseWorkerRecord(R"({"url": "http://admin:s3cret@10.0.0.5:30000"})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), Not(HasSubstr("s3cret")));
+  EXPECT_THAT(std::string(r.status().message()), Not(HasSubstr("admin")));
 }
 
 }  // namespace

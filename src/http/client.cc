@@ -4,6 +4,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cerrno>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -20,6 +21,12 @@ namespace {
 
 // absl's own string_view (Debian's absl is not built on std::string_view).
 constexpr absl::string_view kLocalErrorPayload = "infera.http/local-error";
+
+// Interim (1xx) responses skipped before the final one; more is a malformed answer.
+constexpr int kMaxInterimResponses = 8;
+
+// At most this many body bytes per ClientStream::Read().
+constexpr size_t kMaxPieceBytes = 64u << 10;
 
 // The errno name of a failure of this process's own resources, or "".
 std::string_view LocalKind(const beast::error_code& ec) {
@@ -92,7 +99,8 @@ struct ClientStream::Impl {
   std::shared_ptr<Client::Pool> pool;
   std::string key;
   beast::flat_buffer buffer;
-  bhttp::response_parser<bhttp::buffer_body> parser;
+  // Re-created for each interim (1xx) response before the final one.
+  std::optional<bhttp::response_parser<bhttp::buffer_body>> parser;
   Headers headers;
   int status = 0;
   Deadline deadline;
@@ -100,6 +108,7 @@ struct ClientStream::Impl {
   uint64_t body_bytes = 0;
   bool cancelled = false;
   bool broken = false;
+  absl::Status error;  // why it broke, when Read() returned bytes first
   bool done = false;
   // Body pieces are read into this buffer, then copied out; 8 KiB keeps the whole
   // Impl a small allocation for mimalloc.
@@ -111,7 +120,7 @@ ClientStream::ClientStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 ClientStream::~ClientStream() {
   if (cancellation_) cancellation_->Unbind();
   Impl& s = *impl_;
-  bool reusable = s.done && !s.broken && !s.cancelled && s.parser.get().keep_alive() &&
+  bool reusable = s.done && !s.broken && !s.cancelled && s.parser->get().keep_alive() &&
                   s.buffer.size() == 0 && s.stream.socket().is_open();
   if (reusable) {
     auto& idle = s.pool->idle[s.key];
@@ -138,37 +147,50 @@ void ClientStream::Cancel() {
 
 Awaitable<absl::StatusOr<std::optional<std::string>>> ClientStream::Read() {
   Impl& s = *impl_;
+  // What this call returns: every body byte parsable without waiting, up to
+  // kMaxPieceBytes (one socket read buffers up to 64 KiB; handing it over 8 KiB at a
+  // time cost a relay one round trip per 8 KiB).
+  std::string out;
+  auto fail = [&](absl::Status error) -> absl::StatusOr<std::optional<std::string>> {
+    s.broken = true;
+    if (out.empty()) return error;
+    s.error = std::move(error);  // the bytes before it first; the error next time
+    return std::optional<std::string>(std::move(out));
+  };
   while (true) {
     if (s.cancelled) co_return absl::CancelledError("upstream read: cancelled");
-    if (s.done) co_return std::optional<std::string>();
-    if (s.broken) co_return absl::UnavailableError("upstream read: connection broken");
-    s.parser.get().body().data = s.chunk;
-    s.parser.get().body().size = sizeof(s.chunk);
+    if (s.done) {
+      if (out.empty()) co_return std::optional<std::string>();
+      co_return std::optional<std::string>(std::move(out));
+    }
+    if (s.broken) {
+      co_return s.error.ok() ? absl::UnavailableError("upstream read: connection broken") : s.error;
+    }
+    s.parser->get().body().data = s.chunk;
+    s.parser->get().body().size = sizeof(s.chunk);
     beast::error_code ec;
     size_t used = 0;
     if (s.buffer.size() > 0) {
       // Bytes that came with the header (or an earlier read): parse them in place.
-      used = s.parser.put(s.buffer.data(), ec);
+      used = s.parser->put(s.buffer.data(), ec);
       s.buffer.consume(used);
       if (ec == bhttp::error::need_more) ec = {};
     }
-    if (!ec && used == 0 && !s.parser.is_done()) {
+    if (!ec && used == 0 && !s.parser->is_done()) {
+      if (!out.empty()) co_return std::optional<std::string>(std::move(out));  // no waiting
       s.stream.expires_at(s.deadline);
-      co_await bhttp::async_read_some(s.stream, s.buffer, s.parser, NoThrow(ec));
+      co_await bhttp::async_read_some(s.stream, s.buffer, *s.parser, NoThrow(ec));
     }
     if (ec == bhttp::error::need_buffer) ec = {};
-    if (ec) {
-      s.broken = true;
-      co_return MapError(ec, "upstream read", s.cancelled);
-    }
-    size_t n = sizeof(s.chunk) - s.parser.get().body().size;
-    if (s.parser.is_done()) s.done = true;
+    if (ec) co_return fail(MapError(ec, "upstream read", s.cancelled));
+    size_t n = sizeof(s.chunk) - s.parser->get().body().size;
+    if (s.parser->is_done()) s.done = true;
     s.body_bytes += n;
     if (s.body_bytes > s.body_limit) {
-      s.broken = true;
-      co_return absl::ResourceExhaustedError("upstream response body exceeds the limit");
+      co_return fail(absl::ResourceExhaustedError("upstream response body exceeds the limit"));
     }
-    if (n > 0) co_return std::optional<std::string>(std::string(s.chunk, n));
+    out.append(s.chunk, n);
+    if (out.size() >= kMaxPieceBytes) co_return std::optional<std::string>(std::move(out));
   }
 }
 
@@ -266,17 +288,37 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
     auto impl = std::make_unique<ClientStream::Impl>(std::move(conn), pool_, key);
     impl->deadline = deadline;
     impl->body_limit = options_.max_response_body_bytes;
-    impl->parser.header_limit(options_.max_response_header_bytes);
-    impl->parser.body_limit(options_.max_response_body_bytes);
-    if (method == "HEAD") impl->parser.skip(true);
+    auto new_parser = [&] {
+      impl->parser.emplace();
+      impl->parser->header_limit(options_.max_response_header_bytes);
+      impl->parser->body_limit(options_.max_response_body_bytes);
+      if (method == "HEAD") impl->parser->skip(true);
+    };
+    new_parser();
 
     impl->stream.expires_at(deadline);
     if (cancel) cancel->Bind([s = impl.get()] { s->stream.cancel(); });
     beast::error_code ec;
     co_await asio::async_write(impl->stream, request_bytes, NoThrow(ec));
-    if (!ec) {
+    // Interim responses (100 Continue, 102, 103) precede the final one and carry no
+    // body (RFC 9110 §15.2): skipped, at most kMaxInterimResponses of them. A 101 is
+    // final: this client never asks to switch protocols, so it is malformed here.
+    for (int interim = 0; !ec; ++interim) {
       impl->stream.expires_at(deadline);
-      co_await bhttp::async_read_header(impl->stream, impl->buffer, impl->parser, NoThrow(ec));
+      co_await bhttp::async_read_header(impl->stream, impl->buffer, *impl->parser, NoThrow(ec));
+      const unsigned code = ec ? 0 : impl->parser->get().result_int();
+      if (code < 100 || code > 199) break;
+      if (code == 101 || interim + 1 >= kMaxInterimResponses) {
+        beast::error_code cec;
+        impl->stream.socket().close(cec);
+        if (cancel) cancel->Unbind();
+        co_return absl::DataLossError(
+            method + " " + key + target + ": malformed response: " +
+            (code == 101 ? std::string("101 Switching Protocols without an upgrade request")
+                         : "more than " + std::to_string(kMaxInterimResponses) +
+                               " interim (1xx) responses"));
+      }
+      new_parser();
     }
     if (cancel) cancel->Unbind();
     if (cancel && cancel->cancelled()) {
@@ -291,13 +333,13 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
       if (stale) continue;
       co_return MapError(ec, method + " " + key + target, false);
     }
-    auto& msg = impl->parser.get();
+    auto& msg = impl->parser->get();
     impl->status = static_cast<int>(msg.result_int());
     impl->headers.Reserve(16);
     for (const auto& f : msg) {
       impl->headers.Add(std::string(f.name_string()), std::string(f.value()));
     }
-    if (impl->parser.is_done()) impl->done = true;
+    if (impl->parser->is_done()) impl->done = true;
     auto out = std::make_unique<ClientStream>(std::move(impl));
     if (cancel) cancel->Bind([s = out.get()] { s->Cancel(); });
     out->cancellation_ = cancel;

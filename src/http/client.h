@@ -9,6 +9,7 @@
 //
 // A request on a pooled connection that fails before any response byte (the
 // server closed the idle connection) is retried once on a fresh connection.
+// Interim responses (1xx other than 101) are skipped: Send() returns the final one.
 //
 // Errors: cannot connect / connection lost -> Unavailable; deadline passed ->
 // DeadlineExceeded; Cancel() -> Cancelled; malformed response -> DataLoss; this
@@ -83,7 +84,9 @@ class ClientStream {
 
   int status() const;
   const Headers& headers() const;
-  // The next piece of the body as it arrived; nullopt after the end of the body.
+  // The next piece of the body: what arrived and can be had without waiting (at
+  // most 64 KiB), waiting only when nothing is there; nullopt after the end of the
+  // body. A failure after some bytes returns those bytes first, then the error.
   Awaitable<absl::StatusOr<std::optional<std::string>>> Read();
   // The rest of the body. More than max_bytes -> ResourceExhausted.
   Awaitable<absl::StatusOr<std::string>> ReadAll(uint64_t max_bytes);

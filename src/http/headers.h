@@ -51,9 +51,15 @@ class Headers {
   // name or value holds CR, LF or NUL is dropped: it could split the message.
   void AppendWire(std::string& out) const {
     for (const Field& f : fields_) {
-      if (!WireSafe(f.name) || !WireSafe(f.value) || f.name.empty()) continue;
+      if (!IsWireSafe(f)) continue;
       out.append(f.name).append(": ").append(f.value).append("\r\n");
     }
+  }
+
+  // False for a field that could split the message: an empty name, or CR, LF or NUL
+  // in its name or value.
+  static bool IsWireSafe(const Field& f) {
+    return !f.name.empty() && WireSafe(f.name) && WireSafe(f.value);
   }
 
   static bool EqualsIgnoreCase(std::string_view a, std::string_view b) {

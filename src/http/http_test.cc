@@ -411,6 +411,99 @@ TEST_F(HttpTest, ConnectionsPastTheCapGet503) {
   EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 200") << out;
 }
 
+// RFC 9112 §5.2: obs-fold is refused (a folded Content-Length was accepted, and a
+// proxy in front may read it another way); the request is never handled.
+TEST_F(HttpTest, ObsFoldIs400) {
+  for (const char* head :
+       {"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length:\r\n 5\r\n\r\nhello",
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nX-A: a\r\n\tb\r\n\r\nhello",
+        "GET /echo HTTP/1.1\r\n Host: x\r\n\r\n"}) {
+    std::string out = Raw(head);
+    EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 400") << head << "\n" << out;
+    EXPECT_NE(out.find("obs-fold"), std::string::npos) << out;
+    EXPECT_EQ(out.find("hello|"), std::string::npos) << "handled: " << out;
+  }
+  // A value with inner blanks is not a fold.
+  std::string out =
+      Raw("GET /echo?q=f HTTP/1.1\r\nHost: x\r\nX-A: a  b\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 200") << out;
+}
+
+// RFC 9112 §3.2: exactly one Host in HTTP/1.1, at most one in HTTP/1.0.
+TEST_F(HttpTest, HostMustBeOne) {
+  std::string out = Raw("GET /echo HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 400") << out;
+  EXPECT_NE(out.find("no Host header"), std::string::npos) << out;
+  out = Raw("GET /echo HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 400") << out;
+  EXPECT_NE(out.find("more than one Host"), std::string::npos) << out;
+  out = Raw("GET /echo?q=10 HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 200") << out;
+  out = Raw("GET /echo HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 400") << out;
+}
+
+// Chunk extensions count against max_body_bytes with the data, also while a chunk
+// header is still arriving (before: 1 MB of extensions passed a 10-byte limit, and
+// the buffer grew with them).
+TEST_F(HttpTest, ChunkExtensionsCountAgainstTheBodyLimit) {
+  ServerOptions opt;
+  opt.max_body_bytes = 64;
+  Restart(opt);
+  const std::string ext = ";x=" + std::string(100, 'e');
+  std::string out = Raw("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2" +
+                        ext + "\r\nab\r\n0\r\n\r\n");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 413") << out;
+  // An extension still arriving (no line end yet): refused once past the limit, not
+  // buffered until it ends.
+  out = Raw("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2;x=" +
+            std::string(200, 'e'));
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 413") << out;
+  // Within the limit, extensions and all: served.
+  out =
+      Raw("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+          "Connection: close\r\n\r\n2;a=b\r\nab\r\n0\r\n\r\n");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 200") << out;
+  EXPECT_NE(out.find("ab|"), std::string::npos) << out;
+}
+
+// Interim responses (100 Continue, 103 Early Hints) are skipped: the final answer is
+// what Send() returns (before: the 100 was taken as the answer and the 200 lost).
+TEST_F(HttpTest, ClientSkipsInterimResponses) {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  const uint16_t port = acceptor.local_endpoint().port();
+  std::thread upstream([&] {
+    for (const std::string& interim :
+         {std::string(
+              "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"),
+          std::string("HTTP/1.1 101 Switching Protocols\r\n\r\n")}) {
+      tcp::socket s(io);
+      acceptor.accept(s);
+      asio::streambuf req;
+      asio::read_until(s, req, "\r\n\r\n");
+      const std::string final_answer =
+          "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nfinal";
+      boost::system::error_code ec;
+      asio::write(s, asio::buffer(interim + final_answer), ec);
+      s.shutdown(tcp::socket::shutdown_send, ec);
+      char buf[64];
+      while (!ec) s.read_some(asio::buffer(buf), ec);
+    }
+  });
+  const Endpoint ep{"127.0.0.1", port, ""};
+  auto res = RunOn<absl::StatusOr<ClientResponse>>(
+      0, [&] { return clients_[0]->Fetch(ep, "POST", "/x", {}, "body", In(5s)); });
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "final");
+  // A 101 this client never asked for is a malformed answer.
+  res = RunOn<absl::StatusOr<ClientResponse>>(
+      0, [&] { return clients_[0]->Fetch(ep, "POST", "/x", {}, "body", In(5s)); });
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kDataLoss) << res.status();
+  upstream.join();
+}
+
 // Listen() raises the soft open-file limit to the hard one and derives the default
 // cap from it.
 TEST_F(HttpTest, OpenFileLimitIsRaisedAndDefaultCapDerived) {

@@ -90,6 +90,17 @@ TransferEncodingVerdict CheckTransferEncoding(std::string_view values, bool http
   return {};
 }
 
+// RFC 9112 §5.2: obsolete line folding (a header line that starts with SP or HTAB)
+// is refused: a folded Content-Length or Transfer-Encoding would be read one way
+// here and another way by a proxy in front. `head`: the header through the last
+// field's CRLF.
+bool HasObsFold(std::string_view head) {
+  for (size_t i = head.find("\r\n"); i != std::string_view::npos; i = head.find("\r\n", i + 2)) {
+    if (i + 2 < head.size() && (head[i + 2] == ' ' || head[i + 2] == '\t')) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string_view Request::path() const {
@@ -151,6 +162,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
  private:
   friend class ResponseWriter;
   Awaitable<bool> WriteSimple(bhttp::response<bhttp::string_body>& res);
+  // Reads until the request header is buffered (at most max_header_bytes), refuses
+  // obs-fold (sets *obs_fold), then parses the header. Errors as Beast's
+  // async_read_header reports them (header_limit past the limit).
+  Awaitable<void> ReadHeader(bhttp::request_parser<bhttp::string_body>& parser,
+                             beast::error_code& ec, bool* obs_fold);
+  // Reads the rest of the body. A chunked body's chunk extensions count against
+  // max_body_bytes with its data (`chunked_bytes`: data + extensions so far), and so
+  // do the bytes of a chunk header or trailer still being received.
+  Awaitable<void> ReadBody(bhttp::request_parser<bhttp::string_body>& parser,
+                           const uint64_t& chunked_bytes, beast::error_code& ec);
   Awaitable<void> SendError(int status, std::string_view message, std::string_view target,
                             bool keep_alive);
   struct WatchState {
@@ -244,6 +265,76 @@ Awaitable<void> Connection::SendError(int status, std::string_view message, std:
   co_await WriteSimple(res);
 }
 
+Awaitable<void> Connection::ReadHeader(bhttp::request_parser<bhttp::string_body>& parser,
+                                       beast::error_code& ec, bool* obs_fold) {
+  const size_t limit = server_.options_.max_header_bytes;
+  size_t scanned = 0;  // bytes already searched for the header's end
+  while (true) {
+    const std::string_view data(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    const size_t end = data.find("\r\n\r\n", scanned > 3 ? scanned - 3 : 0);
+    if (end != std::string_view::npos && end + 4 <= limit) {
+      if (HasObsFold(data.substr(0, end + 2))) {
+        *obs_fold = true;
+        co_return;
+      }
+      const size_t used = parser.put(asio::buffer(data.data(), end + 4), ec);
+      buffer_.consume(used);
+      // Leading empty lines (RFC 9112 §2.2) or the like: let Beast read on.
+      if (ec == bhttp::error::need_more) {
+        ec = {};
+        co_await bhttp::async_read_header(stream_, buffer_, parser, NoThrow(ec));
+      }
+      co_return;
+    }
+    if (data.size() >= limit) {
+      ec = bhttp::error::header_limit;
+      co_return;
+    }
+    scanned = data.size();
+    const size_t n = co_await stream_.socket().async_read_some(
+        buffer_.prepare(std::max<size_t>(4096, std::min<size_t>(65536, limit - data.size()))),
+        NoThrow(ec));
+    if (ec) co_return;
+    buffer_.commit(n);
+  }
+}
+
+Awaitable<void> Connection::ReadBody(bhttp::request_parser<bhttp::string_body>& parser,
+                                     const uint64_t& chunked_bytes, beast::error_code& ec) {
+  const uint64_t limit = server_.options_.max_body_bytes;
+  parser.eager(true);
+  // Beast's own read loops on "need more" until an element completes, growing the
+  // buffer with a chunk header that never ends: reads are issued here instead.
+  while (true) {
+    while (buffer_.size() > 0 && !parser.is_done()) {
+      const size_t used = parser.put(buffer_.data(), ec);
+      buffer_.consume(used);
+      if (ec == bhttp::error::need_more) {
+        ec = {};
+        break;
+      }
+      if (ec) co_return;
+      if (used == 0) break;
+    }
+    if (parser.is_done()) co_return;
+    // What stays buffered is an element not yet complete (a chunk header with its
+    // extensions, or the trailer): it counts too.
+    if (parser.chunked() && chunked_bytes + buffer_.size() > limit) {
+      ec = bhttp::error::body_limit;
+      co_return;
+    }
+    const size_t n = co_await stream_.socket().async_read_some(buffer_.prepare(65536), NoThrow(ec));
+    if (ec == asio::error::eof) {
+      ec = {};
+      parser.put_eof(ec);  // partial_message: the body was cut
+      if (!ec && !parser.is_done()) ec = bhttp::error::partial_message;
+      co_return;
+    }
+    if (ec) co_return;
+    buffer_.commit(n);
+  }
+}
+
 // Watches for the peer to close while the handler runs: one read on the socket (a
 // speculative recv, then the reactor). Bytes that arrive (a pipelined request) go
 // into the read buffer for Run() and the read is issued again, so a disconnect
@@ -271,14 +362,28 @@ Awaitable<void> Connection::Run() {
   while (!server_.stopping_.load()) {
     idle_ = true;
     head_request_ = false;
+    // Chunk data and extensions of a chunked body so far (ReadBody's limit).
+    uint64_t chunked_bytes = 0;
+    auto on_chunk = [&chunked_bytes, limit = opt.max_body_bytes](
+                        uint64_t size, beast::string_view extensions, beast::error_code& cec) {
+      chunked_bytes += size + extensions.size();
+      if (chunked_bytes > limit) cec = bhttp::error::body_limit;
+    };
     bhttp::request_parser<bhttp::string_body> parser;
     parser.header_limit(opt.max_header_bytes);
     parser.body_limit(opt.max_body_bytes);
+    parser.on_chunk_header(on_chunk);
     ArmReadDeadline(opt.idle_timeout_ms);
     beast::error_code ec;
-    co_await bhttp::async_read_header(stream_, buffer_, parser, NoThrow(ec));
+    bool obs_fold = false;
+    co_await ReadHeader(parser, ec, &obs_fold);
     DisarmReadDeadline();
     idle_ = false;
+    if (obs_fold) {
+      co_await SendError(400, "obsolete line folding (obs-fold) is not allowed in a request header",
+                         "", false);
+      break;
+    }
     if (ec) {
       if (read_timed_out_) {
         // Quiet keep-alive connections close silently; a header begun and not
@@ -319,6 +424,19 @@ Awaitable<void> Connection::Run() {
         }
       }
     }
+    {
+      // RFC 9112 §3.2: an HTTP/1.1 request carries exactly one Host field (at most
+      // one in HTTP/1.0); anything else is answered 400.
+      int hosts = 0;
+      for (const auto& f : parser.get()) hosts += f.name() == bhttp::field::host ? 1 : 0;
+      if (parser.get().version() >= 11 ? hosts != 1 : hosts > 1) {
+        co_await SendError(400,
+                           hosts == 0 ? "the request has no Host header"
+                                      : "the request has more than one Host header",
+                           target, false);
+        break;
+      }
+    }
     auto content_length = parser.content_length();
     if (content_length && *content_length > opt.max_body_bytes) {
       co_await SendError(413,
@@ -344,9 +462,12 @@ Awaitable<void> Connection::Run() {
       if (rec == bhttp::error::need_more) rec = {};
       if (rec || used == 0) break;
     }
+    if (!rec && parser.chunked() && chunked_bytes + buffer_.size() > opt.max_body_bytes) {
+      rec = bhttp::error::body_limit;
+    }
     if (!rec && !parser.is_done()) {
       ArmReadDeadline(opt.request_timeout_ms);
-      co_await bhttp::async_read(stream_, buffer_, parser, NoThrow(rec));
+      co_await ReadBody(parser, chunked_bytes, rec);
       DisarmReadDeadline();
     }
     if (rec) {
@@ -474,7 +595,9 @@ Awaitable<bool> ResponseWriter::BeginStream(int status, Headers headers) {
   auto& head = conn_->stream_head_;
   head =
       std::make_unique<bhttp::response<bhttp::empty_body>>(static_cast<bhttp::status>(status), 11);
-  for (const auto& f : headers.fields()) head->insert(f.name, f.value);
+  for (const auto& f : headers.fields()) {
+    if (Headers::IsWireSafe(f)) head->insert(f.name, f.value);  // as Send() drops them
+  }
   head->keep_alive(conn_->keep_alive_ && !conn_->server_.stopping());
   head->chunked(true);
   conn_->stream_serializer_ =

@@ -12,6 +12,10 @@ absl::StatusOr<Endpoint> ParseHttpUrl(std::string_view url) {
   std::string_view rest = url.substr(kScheme.size());
   size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
+  // User info would be taken for the host (and echoed in errors); never accepted.
+  if (authority.find('@') != std::string_view::npos) {
+    return absl::InvalidArgumentError("URL must not carry user info (credentials)");
+  }
   Endpoint ep;
   if (slash != std::string_view::npos) {
     std::string_view path = rest.substr(slash);

@@ -21,7 +21,7 @@ struct Endpoint {
 };
 
 // Accepts "http://host[:port][/path]" (IPv6 as "[::1]"). Other schemes, empty
-// hosts and bad ports are InvalidArgument.
+// hosts, user info ("user:pw@", never echoed) and bad ports are InvalidArgument.
 absl::StatusOr<Endpoint> ParseHttpUrl(std::string_view url);
 
 }  // namespace infera::http

@@ -31,6 +31,10 @@ TEST(ParseHttpUrlTest, RejectsBadInput) {
   EXPECT_FALSE(ParseHttpUrl("http://x:70000").ok());
   EXPECT_FALSE(ParseHttpUrl("http://x:12a").ok());
   EXPECT_FALSE(ParseHttpUrl("").ok());
+  // User info is refused (it was taken for the host) and never echoed.
+  auto creds = ParseHttpUrl("http://user:s3cret@127.0.0.1:8000");
+  ASSERT_FALSE(creds.ok());
+  EXPECT_EQ(std::string(creds.status().message()).find("s3cret"), std::string::npos);
 }
 
 }  // namespace

@@ -40,6 +40,14 @@ std::string UpstreamMessage(const std::string& body) {
   return body.substr(0, 500);
 }
 
+std::string UpstreamStatusMessage(std::string_view who, int status,
+                                  const absl::StatusOr<std::string>& body) {
+  std::string out(who);
+  out.append(" answered ").append(std::to_string(status));
+  if (body.ok()) out.append(": ").append(UpstreamMessage(*body));
+  return out;
+}
+
 http::Awaitable<void> SendJson(http::ResponseWriter& w, int status, const std::string& body,
                                const std::string& request_id) {
   http::Headers h;

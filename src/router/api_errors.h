@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/statusor.h"
 #include "http/server.h"
 #include "router/api_request.h"
 
@@ -23,6 +24,10 @@ std::string ErrorBodyFor(ApiKind kind, int status, std::string_view message,
 // An upstream's error message, for wrapping in another API's shape: error.message,
 // error (a string), message, or the first 500 bytes of the body.
 std::string UpstreamMessage(const std::string& body);
+// "<who> answered <status>: <UpstreamMessage>" (no message when the body could not be
+// read): a worker's 5xx for the client's error, naming no worker or address.
+std::string UpstreamStatusMessage(std::string_view who, int status,
+                                  const absl::StatusOr<std::string>& body);
 
 // A JSON answer with X-Infera-Request-Id (when non-empty).
 http::Awaitable<void> SendJson(http::ResponseWriter& w, int status, const std::string& body,

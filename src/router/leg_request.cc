@@ -14,6 +14,9 @@ UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg,
   up.headers.Add("Content-Type", "application/json");
   up.headers.Add("X-Infera-Request-Id", ctx.request_id);
   if (!ctx.authorization.empty()) up.headers.Add("Authorization", ctx.authorization);
+  // The hops so far and this router: a worker record that points back at a router
+  // brings the request back with this router's id in it (RequestPipeline: 508).
+  if (!ctx.via.empty()) up.headers.Add("X-Infera-Via", ctx.via);
   // The pick's rank pins the request (vLLM and SGLang both read the header).
   if (leg.dp_rank) up.headers.Add(kDpRankHeader, std::to_string(*leg.dp_rank));
   up.deadline_ns = ctx.deadline_ns;

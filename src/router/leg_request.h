@@ -1,6 +1,7 @@
 // LegRequest: the upstream request of one leg of a plan.
 //
-// Headers: Content-Type, X-Infera-Request-Id, the client's Authorization, and
+// Headers: Content-Type, X-Infera-Request-Id, the client's Authorization,
+// X-Infera-Via (the request's hops and this router: loop detection), and
 // X-Data-Parallel-Rank: r when the leg's worker has several DP ranks (vLLM's
 // header; SGLang reads it too). Body: the request's upstream body; for a worker
 // with several ranks that speaks SGLang (engine "sglang" or sglang-bootstrap) the

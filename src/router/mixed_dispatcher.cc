@@ -75,7 +75,7 @@ http::Awaitable<void> MixedDispatcher::Dispatch(RequestContext& ctx, http::Respo
       }
       last_status = failed.http_status;
       last_message = std::move(failed.message);
-      spdlog::warn("request {}: {}", ctx.request_id, last_message);
+      spdlog::warn("request {}: {}", ctx.request_id, failed.detail);
       continue;  // failover: nothing reached the client yet
     }
     UpstreamResponse& response = **sent;
@@ -83,9 +83,8 @@ http::Awaitable<void> MixedDispatcher::Dispatch(RequestContext& ctx, http::Respo
       auto body_or = co_await response.ReadAll(1 << 20);
       failures_.Report(worker, "status_5xx");
       last_status = 502;
-      last_message = "worker " + worker_id + " answered " + std::to_string(response.status()) +
-                     (body_or.ok() ? ": " + UpstreamMessage(*body_or) : std::string());
-      spdlog::warn("request {}: {}", ctx.request_id, last_message);
+      last_message = UpstreamStatusMessage("the worker", response.status(), body_or);
+      spdlog::warn("request {}: worker {}: {}", ctx.request_id, worker_id, last_message);
       continue;
     }
     worker.health.OnSuccess();

@@ -114,7 +114,8 @@ struct PdDispatcher::PrefillResult {
   int status = 0;
   http::Headers headers;
   std::string body;
-  std::string message;
+  std::string message;  // for the client: names no worker or address
+  std::string detail;   // for the log: the worker and what failed (empty: `message`)
 };
 
 PdDispatcher::PdDispatcher(int max_attempts, int64_t request_timeout_ms, PdOptions options,
@@ -263,8 +264,7 @@ http::Awaitable<PdDispatcher::LegEnd> PdDispatcher::RunPair(RequestContext& ctx,
       dec.worker->health.OnAbandoned();
       metrics_.pd().CountBootstrapFailure("missing_kv_transfer_params");
       prefill.kind = PrefillResult::kFailed;
-      prefill.message = "prefill worker " + pre.worker->record.worker_id +
-                        " answered without what the decode leg needs: " +
+      prefill.message = "the prefill worker answered without what the decode leg needs: " +
                         std::string(dec_body.status().message());
       co_return co_await PrefillFailed(ctx, w, pre, prefill, history, failure);
     }
@@ -357,6 +357,7 @@ http::Awaitable<void> PdDispatcher::RunPrefill(RequestContext& ctx, const PickLe
     SendFailures::Judged failed =
         failures_.Judge(worker, error, cancel->cancelled(), ctx.request_id, "prefill worker");
     out.message = std::move(failed.message);
+    out.detail = std::move(failed.detail);
     switch (failed.kind) {
       case SendFailures::Kind::kCancelled:
         out.kind = PrefillResult::kCancelled;
@@ -379,8 +380,7 @@ http::Awaitable<void> PdDispatcher::RunPrefill(RequestContext& ctx, const PickLe
     failures_.Report(worker, "status_5xx");
     metrics_.pd().CountBootstrapFailure("prefill_status");
     out.kind = PrefillResult::kFailed;
-    out.message = "prefill worker " + worker_id + " answered " + std::to_string(out.status) + ": " +
-                  UpstreamMessage(out.body);
+    out.message = UpstreamStatusMessage("the prefill worker", out.status, out.body);
     co_return;
   }
   worker.health.OnSuccess();
@@ -395,7 +395,12 @@ http::Awaitable<PdDispatcher::LegEnd> PdDispatcher::PrefillFailed(
   switch (prefill.kind) {
     case PrefillResult::kOk:
     case PrefillResult::kFailed:
-      spdlog::warn("request {}: {}", ctx.request_id, prefill.message);
+      if (prefill.detail.empty()) {
+        spdlog::warn("request {}: prefill worker {}: {}", ctx.request_id, worker_id,
+                     prefill.message);
+      } else {
+        spdlog::warn("request {}: {}", ctx.request_id, prefill.detail);
+      }
       history.tried.push_back(worker_id);
       failure = {502, std::move(prefill.message)};
       co_return LegEnd::kFailed;
@@ -469,7 +474,7 @@ http::Awaitable<PdDispatcher::LegEnd> PdDispatcher::SendAndRelay(
       }
       if (pd_leg) metrics_.pd().CountBootstrapFailure("decode_unreachable");
       failure = {failed.http_status, std::move(failed.message)};
-      spdlog::warn("request {}: {}", ctx.request_id, failure.message);
+      spdlog::warn("request {}: {}", ctx.request_id, failed.detail);
       continue;
     }
     UpstreamResponse& response = **sent;
@@ -477,9 +482,8 @@ http::Awaitable<PdDispatcher::LegEnd> PdDispatcher::SendAndRelay(
       auto body_or = co_await response.ReadAll(1 << 20);
       failures_.Report(worker, "status_5xx");
       if (pd_leg) metrics_.pd().CountBootstrapFailure("decode_status");
-      failure = {502, "worker " + worker_id + " answered " + std::to_string(response.status()) +
-                          (body_or.ok() ? ": " + UpstreamMessage(*body_or) : std::string())};
-      spdlog::warn("request {}: {}", ctx.request_id, failure.message);
+      failure = {502, UpstreamStatusMessage("the worker", response.status(), body_or)};
+      spdlog::warn("request {}: worker {}: {}", ctx.request_id, worker_id, failure.message);
       continue;
     }
     worker.health.OnSuccess();

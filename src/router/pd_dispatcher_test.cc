@@ -363,7 +363,7 @@ TEST_F(PdDispatcherTest, EveryPrefillFailingIs502WithThePrefillsMessage) {
   Answer a = Call("/v1/completions", Completion());
   EXPECT_EQ(a.status, 502);
   EXPECT_EQ(json::parse(a.body)["error"]["message"],
-            "prefill worker p:1 failed: connection refused");
+            "the prefill worker failed before answering (connection failed)");
   EXPECT_TRUE(SentTo("d:1").empty());
   EXPECT_TRUE(HasMetric(R"(infera_pd_bootstrap_failures_total{reason="prefill_unreachable"} 1)"));
 }
@@ -375,7 +375,7 @@ TEST_F(PdDispatcherTest, ANixlPrefillAnswerWithoutKvTransferParamsIs502) {
   Answer a = Call("/v1/completions", Completion());
   EXPECT_EQ(a.status, 502);
   EXPECT_NE(json::parse(a.body)["error"]["message"].get<std::string>().find(
-                "prefill worker p:1 answered without what the decode leg needs"),
+                "the prefill worker answered without what the decode leg needs"),
             std::string::npos)
       << a.body;
   EXPECT_TRUE(SentTo("d:1").empty());
@@ -390,7 +390,7 @@ TEST_F(PdDispatcherTest, AConcurrentPrefillFailureCancelsTheWaitingDecode) {
   fake_->Push("d:1", Script{.hold_before_head = true});
   Answer a = Call("/v1/completions", Completion());
   EXPECT_EQ(a.status, 502);
-  EXPECT_EQ(json::parse(a.body)["error"]["message"], "prefill worker p:1 answered 500: oom");
+  EXPECT_EQ(json::parse(a.body)["error"]["message"], "the prefill worker answered 500: oom");
   // The decode leg was cancelled while it waited, or not sent when the prefill had
   // failed first (both legs start on one loop; either may go first).
   EXPECT_EQ(fake_->cancelled(), static_cast<int>(SentTo("d:1").size()));
@@ -433,7 +433,7 @@ TEST_F(PdDispatcherTest, ADecodeFailingEveryTryIs502) {
   fake_->Push("d:1", Script{.status = 500, .pieces = {R"({"error":{"message":"KV lost"}})"}});
   Answer a = Call("/v1/completions", Completion());
   EXPECT_EQ(a.status, 502);
-  EXPECT_EQ(json::parse(a.body)["error"]["message"], "worker d:1 answered 500: KV lost");
+  EXPECT_EQ(json::parse(a.body)["error"]["message"], "the worker answered 500: KV lost");
   EXPECT_EQ(SentTo("d:1").size(), 3u);
   EXPECT_EQ(SentTo("p:1").size(), 1u);
   EXPECT_TRUE(HasMetric(R"(outcome="upstream_error"} 1)"));
@@ -451,7 +451,7 @@ TEST_F(PdDispatcherTest, ADecodeFailureAfterTheFirstByteIsOneSseErrorEvent) {
   EXPECT_EQ(a.body.find(SseText("Hel")), 0u);
   const std::string tail = a.body.substr(SseText("Hel").size());
   EXPECT_EQ(tail.rfind("data: {\"error\"", 0), 0u) << a.body;
-  EXPECT_NE(tail.find("worker d:1 failed mid-stream"), std::string::npos);
+  EXPECT_NE(tail.find("the worker failed mid-stream"), std::string::npos);
   EXPECT_EQ(SentTo("d:1").size(), 1u);  // no retry after the first byte
 }
 
@@ -517,7 +517,7 @@ TEST_F(PdDispatcherTest, PrefillDeadlineIs504) {
   Answer a = c.ReadAnswer();
   EXPECT_EQ(a.status, 504);
   EXPECT_EQ(json::parse(a.body)["error"]["message"],
-            "prefill worker p:1 did not answer within 1000 ms");
+            "the prefill worker did not answer within 1000 ms");
   EXPECT_TRUE(SentTo("d:1").empty());
 }
 

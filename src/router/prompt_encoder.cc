@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <exception>
-#include <thread>
 
 #include "spdlog/spdlog.h"
 #include "template/chat_template.h"
@@ -11,14 +10,10 @@
 
 namespace infera::router {
 
-namespace asio = http::asio;
+PromptEncoder::PromptEncoder(PromptEncoderOptions options, RouterMetrics& metrics, WorkPool& pool)
+    : options_(options), metrics_(metrics), pool_(pool) {}
 
-PromptEncoder::PromptEncoder(PromptEncoderOptions options, RouterMetrics& metrics)
-    : options_(options), metrics_(metrics) {}
-
-PromptEncoder::~PromptEncoder() {
-  if (pool_) pool_->join();
-}
+PromptEncoder::~PromptEncoder() = default;
 
 absl::Status PromptEncoder::Load(const std::string& dir) {
   if (dir.empty()) return absl::OkStatus();
@@ -33,10 +28,6 @@ absl::Status PromptEncoder::Load(const std::string& dir) {
     spdlog::warn("no chat template in {}: {}; chat requests use the estimate", dir,
                  tmpl.status().ToString());
   }
-  threads_ = options_.threads > 0
-                 ? options_.threads
-                 : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
-  pool_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(threads_));
   return absl::OkStatus();
 }
 
@@ -92,29 +83,23 @@ http::Awaitable<void> PromptEncoder::Encode(
     ctx.tokens = EncodeText(ctx.kind, ctx.api.prompt_text, ctx.upstream_body, dom, ctx.request_id);
     co_return;
   }
-  if (queued_.load(std::memory_order_relaxed) >= threads_ * kMaxQueuedPerThread) {
+  if (pool_.queued() >= pool_.threads() * kMaxQueuedPerThread) {
     metrics_.CountPromptEstimated("tokenizer_busy");
     co_return;
   }
   // On the pool: the parse in `dom` lives in this loop's parser, so the body is
   // parsed again there (RenderJson); this coroutine resumes on its own loop.
-  queued_.fetch_add(1, std::memory_order_relaxed);
   metrics_.TokenizeJobs(+1);
   const std::optional<simdjson::dom::element> no_dom;
   // Not an RAII guard: a frame destroyed unresumed at shutdown must not touch us.
   std::exception_ptr error;
   try {
-    ctx.tokens = co_await asio::co_spawn(
-        pool_->get_executor(),
-        [&]() -> http::Awaitable<Tokens> {
-          co_return EncodeText(ctx.kind, ctx.api.prompt_text, ctx.upstream_body, no_dom,
-                               ctx.request_id);
-        },
-        asio::use_awaitable);
+    ctx.tokens = co_await pool_.Run([&] {
+      return EncodeText(ctx.kind, ctx.api.prompt_text, ctx.upstream_body, no_dom, ctx.request_id);
+    });
   } catch (...) {
     error = std::current_exception();
   }
-  queued_.fetch_sub(1, std::memory_order_relaxed);
   metrics_.TokenizeJobs(-1);
   if (error) std::rethrow_exception(error);
 }

@@ -11,8 +11,8 @@
 // Hostile sizes (doc/router.md "Limits and hostile input"): a prompt longer than
 // max_tokenize_bytes (the completions text, or the chat body and its rendering) is
 // not tokenized: the estimate sizes it (one 15 MB prompt of random letters cost
-// 13.6 CPU-s). Prompts of kPoolMinBytes and more are rendered and tokenized on a
-// small worker pool, not on the I/O loop, so /health and other streams of that loop
+// 13.6 CPU-s). Prompts of kPoolMinBytes and more are rendered and tokenized on the
+// router's WorkPool, not on the I/O loop, so /health and other streams of that loop
 // never wait behind them; when the pool already has kMaxQueuedPerThread jobs per
 // thread waiting, the estimate is used instead of queueing.
 //
@@ -36,6 +36,7 @@
 #include "router/render_parity.h"
 #include "router/request_context.h"
 #include "router/router_metrics.h"
+#include "router/work_pool.h"
 #include "simdjson.h"
 
 namespace infera::tokenizer {
@@ -50,23 +51,23 @@ namespace infera::router {
 
 struct PromptEncoderOptions {
   uint64_t max_tokenize_bytes = 1ull << 20;  // --max-tokenize-bytes (0: no limit)
-  int threads = 0;                           // --tokenize-threads; 0: max(1, cores / 2)
 };
 
 class PromptEncoder {
  public:
   // Prompts of at least this many bytes are encoded on the pool.
-  static constexpr size_t kPoolMinBytes = 16u << 10;
+  static constexpr size_t kPoolMinBytes = WorkPool::kMinBytes;
   static constexpr int kMaxQueuedPerThread = 16;
 
-  // REQUIRES: `metrics` outlives the encoder.
-  PromptEncoder(PromptEncoderOptions options, RouterMetrics& metrics);
-  ~PromptEncoder();  // joins the pool (a running job finishes first)
+  // REQUIRES: `metrics` and `pool` outlive the encoder; the pool is joined before
+  // the encoder is destroyed (its jobs read the tokenizer).
+  PromptEncoder(PromptEncoderOptions options, RouterMetrics& metrics, WorkPool& pool);
+  ~PromptEncoder();
   PromptEncoder(const PromptEncoder&) = delete;
   PromptEncoder& operator=(const PromptEncoder&) = delete;
 
-  // Loads tokenizer.json and the chat template of `dir` ("" = estimate only) and
-  // starts the pool. A missing template is a warning: chat requests then use the
+  // Loads tokenizer.json and the chat template of `dir` ("" = estimate only). A
+  // missing template is a warning: chat requests then use the
   // estimate.
   absl::Status Load(const std::string& dir);
 
@@ -89,13 +90,10 @@ class PromptEncoder {
 
   const PromptEncoderOptions options_;
   RouterMetrics& metrics_;
+  WorkPool& pool_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<tokenizer::PrefixCachingEncoder> encoder_;
   std::unique_ptr<chat::ChatTemplate> template_;
-  int threads_ = 0;
-  mutable std::atomic<int> queued_{0};  // jobs on the pool, running or waiting
-  // Last member: destroyed (joined) first, while the tokenizer is still alive.
-  std::unique_ptr<http::asio::thread_pool> pool_;
 };
 
 }  // namespace infera::router

@@ -39,6 +39,16 @@ inline constexpr size_t kOutcomeCount = 7;
 // "router_error".
 const char* OutcomeName(Outcome outcome);
 
+class RouterMetrics;
+
+// How much of a worker's answer the relay may hold at once (doc/router.md "Streaming
+// relay"); RequestPipeline sets them from the flags.
+struct RelayLimits {
+  size_t max_sse_event_bytes = 16u << 20;   // --max-sse-event-bytes
+  size_t max_translated_bytes = 16u << 20;  // --max-translated-response-bytes
+  RouterMetrics* metrics = nullptr;         // infera_router_relay_cut_total (null: none)
+};
+
 struct RequestContext {
   std::string request_id;  // the client's X-Infera-Request-Id, or a generated one
   ApiKind kind = ApiKind::kChat;
@@ -50,6 +60,10 @@ struct RequestContext {
   std::string authorization;  // the client's Authorization header, forwarded
   // Re-shapes the answer for the client's API; null: the worker's bytes as they are.
   std::unique_ptr<ResponseTransform> transform;
+  RelayLimits relay;
+  // The X-Infera-Via value sent upstream: the client's hops and this router's id
+  // (ApiFront's loop detection; empty in tests that build a context by hand).
+  std::string via;
 
   // The prompt's token ids: the client's, or rendered and tokenized; nullopt: the
   // bytes/4 estimate in api.estimated_tokens sizes it.

@@ -6,6 +6,7 @@
 #include "router/anthropic.h"
 #include "router/anthropic_transform.h"
 #include "router/api_errors.h"
+#include "router/log_limiter.h"
 #include "router/request_context.h"
 #include "spdlog/spdlog.h"
 
@@ -26,17 +27,57 @@ absl::StatusOr<std::optional<std::string_view>> TenantOf(const http::Headers& he
   return tenant;
 }
 
+// What parsing a body yields: the validated request and, for /v1/messages, the chat
+// body the worker receives.
+struct Parsed {
+  absl::StatusOr<ApiRequest> api;
+  std::string upstream_body;  // kMessages only
+};
+
+// Parse, validation and (kMessages) translation: on the loop for a small body, on
+// the work pool for a large one (`dom` null there: its parse would live in the pool
+// thread's parser).
+Parsed ParseBody(ApiKind kind, const std::string& body,
+                 std::optional<simdjson::dom::element>* dom) {
+  Parsed out{ParseApiRequest(kind, body, dom), {}};
+  if (out.api.ok() && kind == ApiKind::kMessages) {
+    out.upstream_body = AnthropicToChat(out.api->body).dump();
+    out.api->body = nlohmann::json();  // freed here, not on the loop at the request's end
+  }
+  return out;
+}
+
 }  // namespace
 
-RequestPipeline::RequestPipeline(int64_t request_timeout_ms, const PromptEncoder& encoder,
+bool ViaIsLoop(std::string_view via, std::string_view router_id, size_t max_hops) {
+  size_t hops = 0;
+  while (!via.empty()) {
+    const size_t comma = via.find(',');
+    std::string_view hop = via.substr(0, comma);
+    while (!hop.empty() && (hop.front() == ' ' || hop.front() == '\t')) hop.remove_prefix(1);
+    while (!hop.empty() && (hop.back() == ' ' || hop.back() == '\t')) hop.remove_suffix(1);
+    if (!hop.empty()) {
+      if (hop == router_id || ++hops >= max_hops) return true;
+    }
+    if (comma == std::string_view::npos) break;
+    via.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+RequestPipeline::RequestPipeline(PipelineOptions options, const PromptEncoder& encoder,
                                  Dispatcher& dispatcher, const core::Clock& clock,
-                                 RouterMetrics& metrics, const TenantSalt* tenant_salt)
-    : request_timeout_ms_(request_timeout_ms),
+                                 RouterMetrics& metrics, WorkPool& pool,
+                                 const TenantSalt* tenant_salt)
+    : options_(std::move(options)),
       encoder_(encoder),
       dispatcher_(dispatcher),
       clock_(clock),
       metrics_(metrics),
-      tenant_salt_(tenant_salt) {}
+      pool_(pool),
+      tenant_salt_(tenant_salt) {
+  options_.relay.metrics = &metrics_;
+}
 
 http::Awaitable<void> RequestPipeline::Serve(ApiKind kind, http::Request& req,
                                              http::ResponseWriter& w, std::string request_id) {
@@ -69,9 +110,42 @@ http::Awaitable<void> RequestPipeline::Serve(ApiKind kind, http::Request& req,
 http::Awaitable<void> RequestPipeline::Run(RequestContext& ctx, http::Request& req,
                                            http::ResponseWriter& w) {
   const ApiKind kind = ctx.kind;
-  // One parse serves validation and the chat template.
+  ctx.relay = options_.relay;
+  // Every X-Infera-Via field, as one list.
+  std::string via;
+  for (const http::Headers::Field& f : req.headers.fields()) {
+    if (!http::Headers::EqualsIgnoreCase(f.name, kViaHeader)) continue;
+    if (!via.empty()) via += ", ";
+    via += f.value;
+  }
+  if (ViaIsLoop(via, options_.router_id, options_.max_hops)) {
+    metrics_.CountLoopDetected();
+    static LogLimiter log;
+    if (uint64_t skipped = 0; log.Allow(&skipped)) {
+      spdlog::warn(
+          "request {}: routing loop: it already passed through this router ({}: {}); a worker "
+          "record points at a router ({} more in the last second not logged)",
+          ctx.request_id, kViaHeader, via, skipped);
+    }
+    ctx.End(Outcome::kClientError, 508);
+    co_await SendError(w, kind, 508, "routing loop: the request already passed through this router",
+                       ctx.request_id);
+    co_return;
+  }
+  ctx.via = via.empty() ? options_.router_id : via + ", " + options_.router_id;
+
+  // One parse serves validation and the chat template; a large body is parsed (and
+  // translated) on the pool, off the event loop.
   std::optional<simdjson::dom::element> dom;
-  absl::StatusOr<ApiRequest> parsed = ParseApiRequest(kind, req.body, &dom);
+  // (An if, not a conditional: g++ 12 mis-handles a conditional's temporaries across
+  // a suspension point.)
+  Parsed body;
+  if (req.body.size() >= WorkPool::kMinBytes) {
+    body = co_await pool_.Run([&] { return ParseBody(kind, req.body, nullptr); });
+  } else {
+    body = ParseBody(kind, req.body, &dom);
+  }
+  absl::StatusOr<ApiRequest> parsed = std::move(body.api);
   if (parsed.ok()) {
     if (absl::Status s = CheckClientDpRankHeader(req.headers.Get("X-Data-Parallel-Rank"));
         !s.ok()) {
@@ -103,12 +177,20 @@ http::Awaitable<void> RequestPipeline::Run(RequestContext& ctx, http::Request& r
   // What goes upstream.
   ctx.upstream_path = kind == ApiKind::kCompletions ? "/v1/completions" : "/v1/chat/completions";
   if (kind == ApiKind::kMessages) {
-    nlohmann::json chat = AnthropicToChat(ctx.api.body);
-    if (salt) chat["cache_salt"] = *salt;
-    ctx.upstream_body = chat.dump();
+    ctx.upstream_body = std::move(body.upstream_body);
+    if (salt) {
+      ctx.upstream_body =
+          WithCacheSalt(std::move(ctx.upstream_body), *salt, /*body_has_salt=*/false);
+    }
   } else if (tenant_salt_ != nullptr) {
-    ctx.upstream_body =
-        WithCacheSalt(std::move(req.body), *salt, /*body_has_salt=*/ctx.api.has_cache_salt_key);
+    // A body naming cache_salt is re-serialised: on the pool when it is large.
+    const bool has_salt = ctx.api.has_cache_salt_key;
+    if (has_salt && req.body.size() >= WorkPool::kMinBytes) {
+      ctx.upstream_body = co_await pool_.Run(
+          [&] { return WithCacheSalt(std::move(req.body), *salt, /*body_has_salt=*/true); });
+    } else {
+      ctx.upstream_body = WithCacheSalt(std::move(req.body), *salt, has_salt);
+    }
   } else {
     ctx.upstream_body = std::move(req.body);
   }
@@ -133,7 +215,7 @@ http::Awaitable<void> RequestPipeline::Run(RequestContext& ctx, http::Request& r
 
   ctx.cancel = std::make_shared<http::Cancellation>();
   w.OnClientGone([cancel = ctx.cancel] { cancel->Cancel(); });
-  ctx.deadline_ns = clock_.NowNs() + request_timeout_ms_ * 1'000'000;
+  ctx.deadline_ns = clock_.NowNs() + options_.request_timeout_ms * 1'000'000;
 
   co_await dispatcher_.Dispatch(ctx, w);
 }

@@ -18,6 +18,7 @@
 #include "router/router_metrics.h"
 #include "router/steady_clock.h"
 #include "router/tenant_salt.h"
+#include "router/work_pool.h"
 #include "router/worker_set.h"
 #include "spdlog/spdlog.h"
 
@@ -39,6 +40,14 @@ uint64_t PolicySeed(const std::optional<uint64_t>& flag, const std::optional<uin
   if (flag) return *flag;
   if (env) return core::Random(*env ^ 0x9e3779b97f4a7c15ull).Next();
   return OsRandom();
+}
+
+// This router's id in X-Infera-Via: 16 hex digits, random per process.
+std::string HopId(uint64_t salt) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(16, '0');
+  for (int i = 15; i >= 0; --i, salt >>= 4) id[static_cast<size_t>(i)] = kHex[salt & 15];
+  return id;
 }
 
 }  // namespace
@@ -92,10 +101,10 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
                                                                options_.breaker_max_cooldown_ms)},
           .checks = options_.health_check.thresholds},
       *events_, *planner_, *metrics_);
+  work_pool_ = std::make_unique<WorkPool>(options_.tokenize_threads);
   encoder_ = std::make_unique<PromptEncoder>(
-      PromptEncoderOptions{.max_tokenize_bytes = options_.max_tokenize_bytes,
-                           .threads = options_.tokenize_threads},
-      *metrics_);
+      PromptEncoderOptions{.max_tokenize_bytes = options_.max_tokenize_bytes}, *metrics_,
+      *work_pool_);
   upstream_ = env.upstream ? env.upstream(*pool_, *clock_)
                            : std::make_unique<HttpUpstream>(*pool_, *clock_);
   parity_ = std::make_unique<RenderParityProber>(options_.render_parity, *pool_, *upstream_,
@@ -122,7 +131,11 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     spdlog::info("router: tenant cache salt from header {}", options_.tenant_salt_header);
   }
   pipeline_ = std::make_unique<RequestPipeline>(
-      options_.request_timeout_ms, *encoder_, *dispatcher_, *clock_, *metrics_, tenant_salt_.get());
+      PipelineOptions{.request_timeout_ms = options_.request_timeout_ms,
+                      .relay = {.max_sse_event_bytes = options_.max_sse_event_bytes,
+                                .max_translated_bytes = options_.max_translated_response_bytes},
+                      .router_id = HopId(SaltFrom(env.seed))},
+      *encoder_, *dispatcher_, *clock_, *metrics_, *work_pool_, tenant_salt_.get());
   readiness_ =
       std::make_unique<Readiness>(options_.ready_after_replay, *events_, *workers_, *clock_);
   views_ = std::make_unique<AdminViews>(*workers_, *planner_, index_, *events_, *metrics_,
@@ -156,6 +169,9 @@ absl::Status Router::Start() {
       *pool_, sopt,
       [this](http::Request& r, http::ResponseWriter& w) { return front_->Handle(r, w); });
   if (absl::Status s = server_->Listen(); !s.ok()) return s;
+  // Records pointing at this router's own address are refused from now on (loops).
+  workers_->set_self_address(std::make_shared<const discovery::SelfAddress>(
+      discovery::SelfAddress::ForListen(sopt.host, server_->port())));
   server_->Start();
   pool_->Start();
   started_ = true;

@@ -53,6 +53,7 @@ class RequestPipeline;
 class RouterMetrics;
 class TenantSalt;
 class WorkerSet;
+class WorkPool;
 
 struct RouterOptions {
   http::ServerOptions server;  // host, port, limits
@@ -61,7 +62,13 @@ struct RouterOptions {
   std::string tokenizer_path;  // --router-tokenizer-path ("" = estimate)
   // --max-tokenize-bytes: longer prompts are sized by the estimate (0: no limit).
   uint64_t max_tokenize_bytes = 1ull << 20;
-  int tokenize_threads = 0;  // --tokenize-threads: the encoder pool; 0: max(1, cores / 2)
+  // --tokenize-threads: the work pool (prompt encoding, large bodies' parse and
+  // translation); 0: max(1, cores / 2).
+  int tokenize_threads = 0;
+  // --max-sse-event-bytes, --max-translated-response-bytes (doc/router.md "Streaming
+  // relay").
+  size_t max_sse_event_bytes = 16u << 20;
+  size_t max_translated_response_bytes = 16u << 20;
   // --router-random-seed: the random policy's seed; nullopt: from the OS (or derived
   // from RouterEnv::seed when a test gives one). Overrides policy.random_seed.
   std::optional<uint64_t> random_seed;
@@ -159,6 +166,9 @@ class Router {
   std::unique_ptr<PickPlanner> planner_;
   std::unique_ptr<WorkerSet> workers_;
   std::unique_ptr<PromptEncoder> encoder_;
+  // After the encoder: destroyed (joined) first, while the tokenizer its jobs read
+  // is alive.
+  std::unique_ptr<WorkPool> work_pool_;
   std::unique_ptr<Upstream> upstream_;
   std::unique_ptr<Dispatcher> mixed_dispatcher_;
   std::unique_ptr<Dispatcher> dispatcher_;   // PD, falling back to the mixed one

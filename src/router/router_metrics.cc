@@ -7,7 +7,7 @@ namespace {
 
 // `endpoint="...",status="..."`, cached for the statuses the router answers with.
 const std::string& RequestLabels(ApiKind kind, int status) {
-  static constexpr int kStatuses[] = {200, 400, 404, 405, 413, 499, 500, 502, 503, 504};
+  static constexpr int kStatuses[] = {200, 400, 404, 405, 413, 499, 500, 502, 503, 504, 508};
   static const auto* table = [] {
     auto* t = new std::vector<std::string>;
     for (ApiKind k : {ApiKind::kChat, ApiKind::kCompletions, ApiKind::kMessages}) {
@@ -55,6 +55,7 @@ RouterMetrics::RouterMetrics(core::Policy policy)
     pick_cache_hits_by_role_[role] = pick_cache_hits_.Series(RoleLabel(core::Role(role)));
     pick_request_blocks_by_role_[role] = pick_request_blocks_.Series(RoleLabel(core::Role(role)));
   }
+  loops_detected_total_.Series("");  // shown (as 0) before the first loop
   for (size_t i = 0; i < demand_decisions_.size(); ++i) {
     demand_decisions_[i] =
         demand_decisions_total_.Series(MetricLabel("mode", i < 4 ? "shadow" : "on") + "," +
@@ -152,6 +153,9 @@ void RouterMetrics::Render(std::string& out) const {
   render_parity_probes_total_.Render(out);
   health_checks_total_.Render(out);
   health_transitions_total_.Render(out);
+  relay_cut_total_.Render(out);
+  loops_detected_total_.Render(out);
+  workers_refused_total_.Render(out);
   pick_cache_hits_.Render(out);
   pick_request_blocks_.Render(out);
   request_duration_.Render(out);

@@ -54,6 +54,17 @@ class RouterMetrics {
   // A prompt sized by the bytes/4 estimate instead of its tokens (reason:
   // "over_max_tokenize_bytes", "tokenizer_busy", "render_failed").
   void CountPromptEstimated(const char* reason);
+  // infera_router_relay_cut_total{reason}: an answer the relay cut short for its size
+  // (reason: "sse_event_too_large", "translated_body_too_large").
+  void CountRelayCut(const char* reason) { relay_cut_total_.Add(MetricLabel("reason", reason)); }
+  // infera_router_loops_detected_total: requests refused 508 because they already
+  // passed through this router (X-Infera-Via).
+  void CountLoopDetected() { loops_detected_total_.Add(""); }
+  // infera_router_workers_refused_total{reason}: worker records discovery reported
+  // that the router refused (reason: "self_address", "bad_url").
+  void CountWorkerRefused(const char* reason) {
+    workers_refused_total_.Add(MetricLabel("reason", reason));
+  }
   // Prompts on the encoder's pool, running or waiting (+1 / -1).
   void TokenizeJobs(int delta) { tokenize_jobs_.fetch_add(delta, std::memory_order_relaxed); }
 
@@ -121,6 +132,13 @@ class RouterMetrics {
   CounterFamily health_transitions_total_{
       "infera_router_health_transitions_total",
       "Workers whose health-check verdict flipped, by the new verdict (unhealthy, healthy)."};
+  CounterFamily relay_cut_total_{"infera_router_relay_cut_total",
+                                 "Answers the relay cut short for their size, by reason."};
+  CounterFamily loops_detected_total_{
+      "infera_router_loops_detected_total",
+      "Requests refused with 508 because they had passed through this router already."};
+  CounterFamily workers_refused_total_{"infera_router_workers_refused_total",
+                                       "Worker records refused at discovery, by reason."};
   HistogramFamily pick_cache_hits_{"infera_router_pick_cache_hits",
                                    "Cache-hit blocks of the picked target.",
                                    {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}};

@@ -1,7 +1,5 @@
 #include "router/send_failure.h"
 
-#include <chrono>
-
 #include "http/client.h"
 #include "router/api_errors.h"
 #include "spdlog/spdlog.h"
@@ -20,20 +18,6 @@ void SendFailures::Report(const FleetWorker& worker, const char* kind) {
   metrics_.CountUpstreamError(worker.record.worker_id, kind);
 }
 
-bool SendFailures::AllowLocalLog() {
-  // The wall clock paces a log line, not a routing decision: the injected clock stays
-  // for the breaker.
-  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::steady_clock::now().time_since_epoch())
-                             .count();
-  int64_t next = next_log_ns_.load(std::memory_order_relaxed);
-  if (now_ns < next || !next_log_ns_.compare_exchange_strong(next, now_ns + 1'000'000'000)) {
-    suppressed_.fetch_add(1, std::memory_order_relaxed);
-    return false;
-  }
-  return true;
-}
-
 SendFailures::Judged SendFailures::Judge(const FleetWorker& worker, const absl::Status& status,
                                          bool cancelled, std::string_view request_id,
                                          std::string_view who) {
@@ -41,29 +25,35 @@ SendFailures::Judged SendFailures::Judge(const FleetWorker& worker, const absl::
   const absl::StatusCode code = status.code();
   if (cancelled || code == absl::StatusCode::kCancelled) {
     worker.health.OnAbandoned();
-    return {Kind::kCancelled, 499, {}};
+    return {Kind::kCancelled, 499, {}, {}};
   }
+  std::string detail = std::string(who) + " " + worker_id + ": " + std::string(status.message());
   if (code == absl::StatusCode::kResourceExhausted) {
     worker.health.OnAbandoned();
     const std::string kind = http::LocalErrorKind(status);
     metrics_.CountLocalError(kind.empty() ? "other" : kind);
-    if (AllowLocalLog()) {
-      spdlog::warn("request {}: {} ({} more in the last second not logged)", request_id,
-                   std::string(status.message()), suppressed_.exchange(0));
+    if (uint64_t skipped = 0; local_log_.Allow(&skipped)) {
+      spdlog::warn("request {}: {} ({} more in the last second not logged)", request_id, detail,
+                   skipped);
     }
     return {Kind::kLocal, 503,
-            "the router is out of local resources (" + std::string(status.message()) +
-                "); retry later"};
+            "the router is out of local resources (" + (kind.empty() ? "other" : kind) +
+                "); retry later",
+            std::move(detail)};
   }
   if (code == absl::StatusCode::kDeadlineExceeded) {
     Report(worker, "timeout");
     return {Kind::kTimeout, 504,
-            std::string(who) + " " + worker_id + " did not answer within " +
-                std::to_string(request_timeout_ms_) + " ms"};
+            "the " + std::string(who) + " did not answer within " +
+                std::to_string(request_timeout_ms_) + " ms",
+            std::move(detail)};
   }
   Report(worker, "unreachable");
   return {Kind::kUnreachable, 502,
-          std::string(who) + " " + worker_id + " failed: " + std::string(status.message())};
+          "the " + std::string(who) + " failed before answering (" +
+              (code == absl::StatusCode::kDataLoss ? "malformed response" : "connection failed") +
+              ")",
+          std::move(detail)};
 }
 
 SendFailures::Judged SendFailures::JudgeWatch(const FleetWorker& worker, AttemptWatch::Fired fired,
@@ -83,6 +73,7 @@ SendFailures::Judged SendFailures::JudgeWatch(const FleetWorker& worker, Attempt
 
 http::Awaitable<void> SendFailures::Answer(RequestContext& ctx, http::ResponseWriter& w,
                                            Judged failed) {
+  if (failed.kind == Kind::kTimeout) spdlog::warn("request {}: {}", ctx.request_id, failed.detail);
   ctx.End(failed.kind == Kind::kTimeout ? Outcome::kTimeout : Outcome::kRouterError,
           failed.http_status);
   co_await SendError(w, ctx.kind, failed.http_status, std::move(failed.message), ctx.request_id);

@@ -21,7 +21,6 @@
 // Thread-safety: every method may run on every loop at once.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -31,6 +30,7 @@
 #include "http/server.h"
 #include "router/attempt_watch.h"
 #include "router/fleet.h"
+#include "router/log_limiter.h"
 #include "router/request_context.h"
 #include "router/router_metrics.h"
 
@@ -41,8 +41,12 @@ class SendFailures {
   enum class Kind : uint8_t { kCancelled, kLocal, kTimeout, kUnreachable };
   struct Judged {
     Kind kind;
-    int http_status;      // 499, 503, 504, 502
-    std::string message;  // for the client's error and the log; empty when cancelled
+    int http_status;  // 499, 503, 504, 502
+    // For the client's error: names no worker, address or transport detail (they may
+    // carry internal addresses, even URL credentials); empty when cancelled.
+    std::string message;
+    // For the log line (with the request id): the worker's id and what failed.
+    std::string detail;
   };
 
   // REQUIRES: clock and metrics outlive this.
@@ -68,14 +72,10 @@ class SendFailures {
   static http::Awaitable<void> Answer(RequestContext& ctx, http::ResponseWriter& w, Judged failed);
 
  private:
-  // One log line per second at most (any loop).
-  bool AllowLocalLog();
-
   const int64_t request_timeout_ms_;
   const core::Clock& clock_;
   RouterMetrics& metrics_;
-  std::atomic<int64_t> next_log_ns_{0};  // steady_clock
-  std::atomic<uint64_t> suppressed_{0};
+  LogLimiter local_log_;  // local failures: one line per second at most
 };
 
 }  // namespace infera::router

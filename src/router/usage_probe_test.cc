@@ -50,5 +50,28 @@ TEST(UsageProbeTest, NoFieldOrABadOneIsNoReport) {
   EXPECT_FALSE(s.cached_tokens().has_value());
 }
 
+// A body relayed in pieces: only its tail is kept, and the usage object near its end
+// is found there, wherever the pieces are cut and however large the body is.
+TEST(UsageProbeTest, ReadsUsageFromTheTailOfAStreamedBody) {
+  const std::string head = R"({"id":"x","choices":[{"message":{"content":")";
+  const std::string text(3 * UsageProbe::kTailBytes, 'a');
+  const std::string tail =
+      R"("}, "note": ""usage": {"x": {"cached_tokens": 1}}"}],)"
+      R"( "usage": {"prompt_tokens": 90, "prompt_tokens_details": {"cached_tokens": 48}},)"
+      R"( "kv_transfer_params": null})";
+  const std::string body = head + text + tail;
+  for (size_t step : {size_t{1000}, size_t{8192}, size_t{70000}, body.size()}) {
+    UsageProbe p;
+    for (size_t at = 0; at < body.size(); at += step)
+      p.BodyPiece(std::string_view(body).substr(at, step));
+    p.FinishBody();
+    EXPECT_EQ(p.cached_tokens(), 48u) << step;
+  }
+  UsageProbe none;
+  none.BodyPiece(head + text + R"("}}]})");
+  none.FinishBody();
+  EXPECT_FALSE(none.cached_tokens().has_value());
+}
+
 }  // namespace
 }  // namespace infera::router

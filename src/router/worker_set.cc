@@ -30,7 +30,18 @@ size_t IndexBoundFor(const discovery::WorkerRecord& record, std::optional<size_t
 void WorkerSet::Add(const discovery::WorkerRecord& record) {
   auto ep = http::ParseHttpUrl(record.url);
   if (!ep.ok()) {
+    metrics_.CountWorkerRefused("bad_url");
     spdlog::error("worker {}: unusable url: {}", record.worker_id, ep.status().ToString());
+    return;
+  }
+  // Outside the lock: a host name is resolved here (on discovery's thread).
+  if (auto self = self_.load(std::memory_order_acquire);
+      self && self->PointsAtSelf(ep->host, ep->port)) {
+    metrics_.CountWorkerRefused("self_address");
+    spdlog::error(
+        "worker {} refused: its url {}:{} is this router's own listen address (every request "
+        "sent there would come back as a new one: a loop)",
+        record.worker_id, ep->host, ep->port);
     return;
   }
   absl::MutexLock lock(&mu_);

@@ -22,6 +22,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "discovery/discovery.h"
+#include "discovery/self_address.h"
 #include "discovery/worker_record.h"
 #include "events/kv_event_source.h"
 #include "router/fleet.h"
@@ -60,11 +61,19 @@ class WorkerSet {
   WorkerSet(const WorkerSet&) = delete;
   WorkerSet& operator=(const WorkerSet&) = delete;
 
-  // A known worker_id is left alone (Update handles changes); an unusable url is logged.
+  // A known worker_id is left alone (Update handles changes); an unusable url, or one
+  // that points at this router (set_self_address), is logged and counted
+  // (infera_router_workers_refused_total{reason}) and the record is not added.
   void Add(const discovery::WorkerRecord& record) ABSL_LOCKS_EXCLUDED(mu_);
   void Update(const discovery::WorkerRecord& record) ABSL_LOCKS_EXCLUDED(mu_);
   void Remove(const std::string& worker_id) ABSL_LOCKS_EXCLUDED(mu_);
   discovery::DiscoveryCallbacks Callbacks();
+  // Refuses, from now on, records whose url points at this router (loop detection,
+  // discovery/self_address.h): logged and counted, never added. Router::Start sets it
+  // once the listen port is known.
+  void set_self_address(std::shared_ptr<const discovery::SelfAddress> self) {
+    self_.store(std::move(self), std::memory_order_release);
+  }
   // Called with each worker Add publishes (under the set's lock: it must not call
   // back into the set), e.g. to post a probe of it. REQUIRES: set before the first Add.
   void set_on_added(std::function<void(std::shared_ptr<const FleetWorker>)> fn) {
@@ -93,6 +102,7 @@ class WorkerSet {
   Fleet workers_ ABSL_GUARDED_BY(mu_);
   std::atomic<std::shared_ptr<const Fleet>> snapshot_;
   std::function<void(std::shared_ptr<const FleetWorker>)> on_added_;
+  std::atomic<std::shared_ptr<const discovery::SelfAddress>> self_;
 };
 
 }  // namespace infera::router

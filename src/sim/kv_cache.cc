@@ -11,6 +11,8 @@ namespace infera::sim {
 core::BlockHash EngineHash(core::BlockHash parent, std::span<const core::TokenId> tokens,
                            uint64_t seed, std::span<const std::string> extra) {
   XXH3_state_t state;
+  // reset_withSeed reads state.seed (to skip re-deriving the secret for the same
+  // seed): it must be initialised first (valgrind: uninitialised value).
   XXH3_INITSTATE(&state);
   XXH3_64bits_reset_withSeed(&state, seed);
   XXH3_64bits_update(&state, &parent, sizeof(parent));

@@ -16,6 +16,7 @@ import random
 import re
 import socket
 import string
+import subprocess
 import sys
 import time
 import urllib.error
@@ -407,29 +408,40 @@ def main():
             ("tokpool", lambda: test_tokenize_off_loop(procs, workers)),
             ("depth", lambda: test_engine_depth_limit(procs, engine_bases[0])),
         ]
-        failed = []
         # Under the sanitizers (make test's ASan+UBSan smoke sets INFERA_SANITIZED=1) the
         # fd-exhaustion case cannot run: the sanitizer runtime checks memory with a pipe(),
         # which fails at the fd limit, so UBSan's vptr check reports every virtual call
         # as "invalid vptr". The release run of this test covers it.
         sanitized_skip = {"emfile"} if os.environ.get("INFERA_SANITIZED") else set()
-        for name, fn in tests:
-            if ARGS.only and name not in ARGS.only.split(","):
-                continue
-            if name in sanitized_skip:
-                print(f"skip [{name}]: not run under the sanitizers (fd exhaustion)", flush=True)
-                continue
-            try:
-                fn()
-            except (AssertionError, RuntimeError, OSError, ValueError) as e:
-                print(f"FAIL [{name}]: {e}", flush=True)
-                failed.append(name)
-        if failed:
-            procs.dump_tails()
-            print("FAILED:", ", ".join(failed), flush=True)
+        if not run_tests(procs, tests, ARGS.only, sanitized_skip):
             return 1
     print("hostile_test: all passed", flush=True)
     return 0
+
+
+def run_tests(procs, tests, only="", skip=()):
+    """Runs each (name, fn) of `tests` (those named in the comma-separated `only`, if
+    given; those in `skip` are reported skipped), every one even after a failure; on a
+    failure dumps the processes' last lines. True when all passed."""
+    failed = []
+    for name, fn in tests:
+        if only and name not in only.split(","):
+            continue
+        if name in skip:
+            print(f"skip [{name}]: not run under the sanitizers", flush=True)
+            continue
+        t0 = time.time()
+        try:
+            fn()
+        except (AssertionError, RuntimeError, OSError, ValueError, KeyError,
+                subprocess.TimeoutExpired) as e:
+            print(f"FAIL [{name}]: {e!r}", flush=True)
+            failed.append(name)
+        print(f"[{name}] {time.time() - t0:.1f} s", flush=True)
+    if failed:
+        procs.dump_tails()
+        print("FAILED:", ", ".join(failed), flush=True)
+    return not failed
 
 
 if __name__ == "__main__":
