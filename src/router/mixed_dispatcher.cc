@@ -55,8 +55,8 @@ http::Awaitable<void> MixedDispatcher::Dispatch(RequestContext& ctx, http::Respo
       if (sent.ok()) (*sent)->Cancel();  // the head won the race: too late all the same
       SendFailures::Judged failed = failures_.JudgeWatch(worker, fired, first_byte_timeout_ms_);
       last_status = failed.http_status;
+      spdlog::warn("request {}: {}", ctx.request_id, failed.detail);
       last_message = std::move(failed.message);
-      spdlog::warn("request {}: {}", ctx.request_id, last_message);
       continue;  // failover: nothing reached the client yet
     }
     if (!sent.ok()) {

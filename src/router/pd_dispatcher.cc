@@ -455,8 +455,9 @@ http::Awaitable<PdDispatcher::LegEnd> PdDispatcher::SendAndRelay(
         fired != AttemptWatch::Fired::kNone && !cancel->cancelled() && !w.client_gone()) {
       if (sent.ok()) (*sent)->Cancel();
       if (pd_leg) metrics_.pd().CountBootstrapFailure("decode_unreachable");
-      failure = {502, failures_.JudgeWatch(worker, fired, first_byte_timeout_ms_).message};
-      spdlog::warn("request {}: {}", ctx.request_id, failure.message);
+      SendFailures::Judged failed = failures_.JudgeWatch(worker, fired, first_byte_timeout_ms_);
+      spdlog::warn("request {}: {}", ctx.request_id, failed.detail);
+      failure = {502, std::move(failed.message)};
       continue;
     }
     if (!sent.ok()) {

@@ -62,12 +62,14 @@ SendFailures::Judged SendFailures::JudgeWatch(const FleetWorker& worker, Attempt
   if (fired == AttemptWatch::Fired::kFirstByteTimeout) {
     Report(worker, "first_byte_timeout");
     return {Kind::kUnreachable, 502,
+            "the " + std::string(who) + " sent no first byte within " +
+                std::to_string(first_byte_timeout_ms) + " ms",
             std::string(who) + " " + worker_id + " sent no first byte within " +
                 std::to_string(first_byte_timeout_ms) + " ms"};
   }
   worker.health.OnAbandoned();
   metrics_.CountUpstreamError(worker_id, "unhealthy");
-  return {Kind::kUnreachable, 502,
+  return {Kind::kUnreachable, 502, "the " + std::string(who) + " failed its health checks before answering",
           std::string(who) + " " + worker_id + " failed its health checks before answering"};
 }
 
