@@ -196,10 +196,14 @@ def case_big_batch(procs):
     check(not probes.bad, f"every probe answered 200 ({probes.bad[:3]})")
     for kind, worst in probes.worst.items():
         print(f"worst {kind}: {worst * 1000:.1f} ms", flush=True)
-    for kind in ("health", "chat", "cache-view", "metrics"):
-        check(probes.worst[kind] < PROBE_BOUND_S,
-              f"{kind} answered within {PROBE_BOUND_S * 1000:.0f} ms while 1.1M-block batches "
-              f"were applied (worst {probes.worst[kind] * 1000:.1f} ms)")
+    # Under the sanitizers (make test's ASan+UBSan smoke sets INFERA_SANITIZED=1) every
+    # step is several times slower: the case runs for the code paths (slices, sweeps,
+    # growth plans), its latencies are printed, not judged.
+    if not os.environ.get("INFERA_SANITIZED"):
+        for kind in ("health", "chat", "cache-view", "metrics"):
+            check(probes.worst[kind] < PROBE_BOUND_S,
+                  f"{kind} answered within {PROBE_BOUND_S * 1000:.0f} ms while 1.1M-block "
+                  f"batches were applied (worst {probes.worst[kind] * 1000:.1f} ms)")
     status, body, _ = http("GET", f"{base}/v1/admin/cache-view/{hostile}")
     view = json.loads(body)
     bound = metric_sum(base, "infera_router_index_max_blocks", hostile)
