@@ -2,11 +2,19 @@
 // + the ingestor's per-batch writer lock), from a recorded stream of realistic batches
 // (FakeEngineCache: shared-prefix requests, parent chains, LRU evictions; 16-token
 // blocks). Reported rates: events/s and blocks/s (engine blocks stored + removed).
+// BM_DecodeApplySliced and BM_BigBatch compare applying whole batches under one lock
+// hold with applying them in slices (doc/kv-events.md "Concurrency"), and report the
+// longest hold.
 //
 //   build/bench/events/events_bench --benchmark_min_time=0.5
+//   build/bench/events/events_bench --benchmark_filter='Sliced|BigBatch'  # doc/perf-events.md
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
+#include <ctime>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -74,11 +82,59 @@ void BM_DecodeOnly(benchmark::State& state) {
   SetRates(state, s);
 }
 
-template <bool kLocked>
-void DecodeApply(benchmark::State& state) {
-  const Stream& s = Recorded(static_cast<WireShape>(state.range(0)));
+// Applies one decoded batch as StreamApplier does: the writer lock held per slice of
+// `slice_units` units, table growth prepared under the shared lock before each (0:
+// the whole batch under one hold, growth inside it, as before session 9).
+// Returns the longest hold, wall and thread CPU time (ns): on a loaded machine the
+// wall time of a hold includes the time the writer was descheduled holding it.
+struct Holds {
+  int64_t wall_ns = 0;
+  int64_t cpu_ns = 0;
+};
+int64_t ThreadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+Holds ApplySliced(WriterPriorityMutex& mu, core::KvIndex& index, core::TargetId id,
+                  const DecodedBatch& batch, TargetApplyState& apply_state, size_t slice_units) {
+  BatchCursor cursor;
+  ApplyStats stats;
+  Holds longest;
+  for (bool done = false; !done;) {
+    core::GrowthPlan growth;
+    if (slice_units != 0) {
+      std::shared_lock<WriterPriorityMutex> shared(mu);
+      growth = index.PrepareGrowth(id, slice_units);
+    }
+    std::unique_lock<WriterPriorityMutex> lock(mu);
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t c0 = ThreadCpuNs();
+    if (!growth.empty()) index.InstallGrowth(growth);
+    done = ApplyEventBatchSlice(index, id, batch, apply_state, cursor,
+                                slice_units == 0 ? SIZE_MAX : slice_units, stats);
+    longest.cpu_ns = std::max(longest.cpu_ns, ThreadCpuNs() - c0);
+    longest.wall_ns = std::max<int64_t>(
+        longest.wall_ns,
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
+  }
+  return longest;
+}
+void SetHolds(benchmark::State& state, const Holds& h) {
+  state.counters["longest_hold_ms"] = static_cast<double>(h.wall_ns) / 1e6;
+  state.counters["longest_hold_cpu_ms"] = static_cast<double>(h.cpu_ns) / 1e6;
+}
+Holds Max(const Holds& a, const Holds& b) {
+  return {std::max(a.wall_ns, b.wall_ns), std::max(a.cpu_ns, b.cpu_ns)};
+}
+
+// Decodes and applies the recorded stream (`shape`) into a fresh index per iteration;
+// apply(index, id, batch, apply_state) applies one decoded batch.
+template <class Apply>
+void DecodeApply(benchmark::State& state, WireShape shape, Apply&& apply) {
+  const Stream& s = Recorded(shape);
   DecodedBatch batch;
-  WriterPriorityMutex mu;
   for (auto _ : state) {
     state.PauseTiming();
     auto index = std::make_unique<core::KvIndex>();
@@ -87,12 +143,7 @@ void DecodeApply(benchmark::State& state) {
     state.ResumeTiming();
     for (const std::string& p : s.payloads) {
       if (!DecodeEventBatch(Bytes(p), batch).ok()) state.SkipWithError("decode failed");
-      if constexpr (kLocked) {
-        std::unique_lock<WriterPriorityMutex> lock(mu);
-        ApplyEventBatch(*index, id, batch, apply_state);
-      } else {
-        ApplyEventBatch(*index, id, batch, apply_state);
-      }
+      apply(*index, id, batch, apply_state);
     }
     state.PauseTiming();
     index.reset();
@@ -101,13 +152,112 @@ void DecodeApply(benchmark::State& state) {
   SetRates(state, s);
 }
 
-void BM_DecodeApply(benchmark::State& state) { DecodeApply<false>(state); }
-void BM_DecodeApplyLocked(benchmark::State& state) { DecodeApply<true>(state); }
+void BM_DecodeApply(benchmark::State& state) {
+  DecodeApply(
+      state, static_cast<WireShape>(state.range(0)),
+      [](core::KvIndex& index, core::TargetId id, const DecodedBatch& batch,
+         TargetApplyState& apply_state) { ApplyEventBatch(index, id, batch, apply_state); });
+}
+void BM_DecodeApplyLocked(benchmark::State& state) {
+  WriterPriorityMutex mu;
+  DecodeApply(state, static_cast<WireShape>(state.range(0)),
+              [&](core::KvIndex& index, core::TargetId id, const DecodedBatch& batch,
+                  TargetApplyState& apply_state) {
+                std::unique_lock<WriterPriorityMutex> lock(mu);
+                ApplyEventBatch(index, id, batch, apply_state);
+              });
+}
+
+// The realistic stream again, each batch applied in slices (arg 1: slice units; 0 =
+// one hold per batch): what slicing costs when batches are small.
+void BM_DecodeApplySliced(benchmark::State& state) {
+  WriterPriorityMutex mu;
+  Holds longest;
+  DecodeApply(state, WireShape::kVllm,
+              [&](core::KvIndex& index, core::TargetId id, const DecodedBatch& batch,
+                  TargetApplyState& apply_state) {
+                longest = Max(longest, ApplySliced(mu, index, id, batch, apply_state,
+                                                   static_cast<size_t>(state.range(0))));
+              });
+  SetHolds(state, longest);
+}
+
+// Issue 22's hostile batches, decoded once: arg 0 = 0, one BlockStored of 1.1M blocks;
+// 1, 1,100 BlockStored events of 1,000 root blocks. Applied into a view bounded at
+// the router's default 1,048,576 blocks (so the bound evicts), whole (arg 1 = 0) or
+// in slices of arg 1 units. Rates: blocks/s; longest_hold_ms: the longest the
+// writer held the lock (what a reader may wait).
+const DecodedBatch& BigBatch(int kind) {
+  static DecodedBatch batches[2];
+  DecodedBatch& b = batches[kind];
+  if (!b.events.empty()) return b;
+  EventBatch batch;
+  const size_t n = 1'100'000;
+  if (kind == 0) {
+    Stored st;
+    st.engine_hashes.resize(n);
+    for (size_t i = 0; i < n; ++i) st.engine_hashes[i] = i + 1;
+    st.token_ids.assign(n * 16, 7);
+    st.block_size = 16;
+    batch.events.push_back(std::move(st));
+  } else {
+    for (size_t e = 0; e < 1'100; ++e) {
+      Stored st;
+      st.engine_hashes.resize(1'000);
+      for (size_t i = 0; i < 1'000; ++i) st.engine_hashes[i] = 10'000'000 + e * 1'000 + i;
+      st.token_ids.assign(1'000 * 16, 7);
+      st.token_ids[0] = static_cast<core::TokenId>(e + 1);  // 1,100 distinct chains
+      st.block_size = 16;
+      batch.events.push_back(std::move(st));
+    }
+  }
+  const std::string payload = EncodeEventBatch(batch, WireShape::kVllm);
+  if (!DecodeEventBatch(Bytes(payload), b).ok()) std::abort();
+  return b;
+}
+
+void BM_BigBatch(benchmark::State& state) {
+  // Arg 0 = 2: both, one after the other (the integration test's sequence).
+  const int kind = static_cast<int>(state.range(0));
+  const DecodedBatch& batch = BigBatch(kind == 2 ? 1 : kind);
+  WriterPriorityMutex mu;
+  Holds longest;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto index = std::make_unique<core::KvIndex>();
+    const core::TargetId id = index->AddTarget({"bench:1", 0}, 16);
+    index->SetMaxBlocks(id, 1'048'576);
+    TargetApplyState apply_state;
+    state.ResumeTiming();
+    if (kind == 2) {
+      longest = Max(longest, ApplySliced(mu, *index, id, BigBatch(0), apply_state,
+                                         static_cast<size_t>(state.range(1))));
+    }
+    longest = Max(longest, ApplySliced(mu, *index, id, batch, apply_state,
+                                       static_cast<size_t>(state.range(1))));
+    state.PauseTiming();
+    index.reset();
+    state.ResumeTiming();
+  }
+  state.counters["blocks/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * 1.1e6,
+                                                  benchmark::Counter::kIsRate);
+  SetHolds(state, longest);
+}
 
 // Arg: 0 = vLLM (map batch, map events), 2 = SGLang (array batch, array events).
 BENCHMARK(BM_DecodeOnly)->Arg(0)->Arg(2)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeApply)->Arg(0)->Arg(2)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeApplyLocked)->Arg(0)->Unit(benchmark::kMillisecond);
+// Slicing's cost, side by side: arg = slice units (0: one hold per batch).
+BENCHMARK(BM_DecodeApplySliced)->Arg(0)->Arg(kDefaultSliceUnits)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BigBatch)
+    ->Args({0, 0})
+    ->Args({0, kDefaultSliceUnits})
+    ->Args({1, 0})
+    ->Args({1, kDefaultSliceUnits})
+    ->Args({2, kDefaultSliceUnits})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 
 }  // namespace
 }  // namespace infera::events

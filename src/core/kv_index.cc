@@ -280,6 +280,42 @@ WalkScratch& Scratch() {
 }  // namespace
 
 struct KvIndex::Impl {
+  // The bound's eviction sweep of one target, done in steps (doc/index.md "Bounded
+  // views" and "Bounded work"). The marks live in the target's own holder words, in
+  // the children field (unused while the target is not closed; Recheck recounts it at
+  // the end): no temporary map, and they move with the rows when another writer
+  // rebuilds the row table between two steps. A walk paused between steps keeps the
+  // row it stands on by hash for the same reason.
+  struct Sweep {
+    enum class Phase : uint8_t { kOrder, kMark, kDrop, kZero, kCount };
+    Phase phase = Phase::kOrder;
+    size_t goal = 0;
+    size_t before = 0;   // blocks when the sweep began
+    uint32_t keep0 = 0;  // the histogram's guess of epochs kept
+    uint32_t keep = 0;   // the epochs kept
+    size_t cursor = 0;   // position in the current pass
+    // The map's entries (slot indices) by increasing age: age a at
+    // [age_begin[a], age_begin[a + 1]).
+    std::vector<uint32_t> order;
+    size_t age_begin[kEpochs + 1] = {};
+    size_t fill[kEpochs] = {};
+    size_t held_at_age[kEpochs] = {};  // rows first marked held by an entry of each age
+    // The walk of order[cursor]: kWalking marks the rows it passed (kUp), then the
+    // same rows get their final mark (kDown, from the entry's row again). `at`: the
+    // row it stands on (kAtRow: the row of at_hash).
+    enum class Walk : uint8_t { kIdle, kUp, kDown };
+    Walk walk = Walk::kIdle;
+    enum class At : uint8_t { kAtRow, kAtRoot, kAtNothing };
+    At at = At::kAtRow;
+    BlockHash at_hash = 0;
+    uint32_t final_mark = 0;
+    bool ok = true;  // the recheck's verdict so far
+  };
+  // A mark (12 bits): 0 none; 1 + (age | kHeld | kClaimed) final; kWalking on a walk.
+  static constexpr uint32_t kMarkHeld = 0x20;
+  static constexpr uint32_t kMarkClaimed = 0x40;
+  static constexpr uint32_t kWalking = 0x800;
+
   struct Target {
     TargetKey key;
     size_t block_size = 0;
@@ -316,6 +352,13 @@ struct KvIndex::Impl {
     uint32_t epoch_entries[kEpochs] = {};
     uint64_t evicted = 0;              // blocks evicted since the target was added
     bool evicted_since_clear = false;  // then an unknown parent may be an evicted block
+    // Deferred work (doc/index.md "Bounded work"). purge_pending: some engine-map
+    // entries may name rows the target no longer holds (aliases of removed blocks);
+    // a scan from purge_cursor erases them. sweep: the bound's eviction in progress.
+    // Both finish before the target's next store.
+    bool purge_pending = false;
+    size_t purge_cursor = 0;
+    std::unique_ptr<Sweep> sweep;
 
     // Whether the walk may bisect this target: prefix-closed, and every block held
     // on the same single tier (so the run's tier split is the run itself).
@@ -354,9 +397,10 @@ struct KvIndex::Impl {
   absl::flat_hash_map<std::pair<std::string, uint32_t>, TargetId> by_key;
   size_t entries = 0;
   std::vector<uint32_t> old_to_new;  // Rebuild's translation (freed after use)
-  // Evict's scratch: row -> kept (MarkKept; freed after use), the walk's path.
-  absl::flat_hash_map<uint32_t, bool> evict_marks;
-  std::vector<uint32_t> evict_path;
+  // Kept rows left without child rows by a cascade cut short (EraseRow), by hash.
+  std::vector<BlockHash> erase_backlog;
+  // Bumped by every write: a GrowthPlan prepared at another value is stale.
+  uint64_t generation = 0;
 
   Target* Live(TargetId id) {
     return id < targets.size() && targets[id].live ? &targets[id] : nullptr;
@@ -432,7 +476,13 @@ struct KvIndex::Impl {
       if (!t.live) continue;
       t.engine_map.ForEach([&](uint32_t i) {
         EngineEntry& e = t.engine_map.slot(i);
-        e.set(old_to_new[e.row()], e.epoch());
+        // An entry of a pending purge may name a row erased since: it goes now.
+        const uint32_t to = e.row() < old_to_new.size() ? old_to_new[e.row()] : kNoRow;
+        if (to == kNoRow) {
+          EraseEntry(t, i);
+        } else {
+          e.set(to, e.epoch());
+        }
       });
     }
     std::vector<uint32_t>().swap(old_to_new);  // 4 bytes per old slot: not kept
@@ -440,9 +490,18 @@ struct KvIndex::Impl {
   // Gives memory back when the table is mostly empty.
   void MaybeShrink() {
     if (entries == 0 && rows.capacity() > 0) {
-      // Nothing held: kept parent rows go too (nothing can name them).
+      // Nothing held: kept parent rows go too (nothing can name them but entries a
+      // pending purge would erase: they go now).
+      for (Target& t : targets) {
+        if (!t.live || t.engine_map.size() == 0) continue;
+        t.engine_map.Clear();
+        for (uint32_t& n : t.epoch_entries) n = 0;
+        t.purge_pending = false;
+        t.purge_cursor = 0;
+      }
       rows.Clear();
       kept_rows = 0;
+      std::vector<BlockHash>().swap(erase_backlog);
       return;
     }
     if (rows.capacity() > 1024 && rows.size() < rows.capacity() / 8) {
@@ -455,9 +514,12 @@ struct KvIndex::Impl {
     if (ChildRows(p) < kMaxChildRows) p.link += 1u << kParentBits;
   }
   // Erases row i (nobody holds it, no row names it) and then every parent left
-  // unheld without child rows.
+  // unheld without child rows. A chain of kept rows can be as long as the view (a
+  // chain removed root first, or evicted in any order): past kCascadeRows the rest
+  // waits in erase_backlog (pending work: doc/index.md "Bounded work").
+  static constexpr size_t kCascadeRows = 64;
   void EraseRow(uint32_t i) {
-    for (;;) {
+    for (size_t erased = 0;; ++erased) {
       const uint32_t parent = ParentOf(rows.slot(i));
       rows.Erase(i);
       if (!IsRow(parent)) return;
@@ -466,9 +528,29 @@ struct KvIndex::Impl {
       if (n == kMaxChildRows) return;  // saturated: kept until the table empties
       p.link -= 1u << kParentBits;
       if (n != 1 || p.holders != 0) return;
+      if (erased + 1 == kCascadeRows) {
+        // Stays a kept row without child rows (a miss for readers) until drained.
+        erase_backlog.push_back(p.hash);
+        return;
+      }
       --kept_rows;
       i = parent;
     }
+  }
+  // Erases up to about `budget` rows of the backlog (each with its ancestors, at most
+  // kCascadeRows a time). Returns the units done.
+  size_t DrainEraseBacklog(size_t budget) {
+    size_t done = 0;
+    while (done < budget && !erase_backlog.empty()) {
+      const uint32_t r = rows.Find(erase_backlog.back());
+      erase_backlog.pop_back();
+      done += kCascadeRows;
+      // (Held again, or a child row came, since: it stays.)
+      if (r == kNoRow || rows.slot(r).holders != 0 || ChildRows(rows.slot(r)) != 0) continue;
+      --kept_rows;
+      EraseRow(r);
+    }
+    return done;
   }
   // Row i lost its last holder.
   void Unheld(uint32_t i) {
@@ -511,80 +593,289 @@ struct KvIndex::Impl {
     }
     t.epoch = next;
   }
+  // The end of a step over [cursor, limit) of at most `budget` items.
+  static size_t StepEnd(size_t cursor, size_t limit, size_t budget) {
+    return cursor + std::min(limit - std::min(cursor, limit), budget);
+  }
+  // Past the bound (blocks or engine-map entries), an eviction sweep begins; it runs
+  // as pending work (DoPending). A view whose unmapped blocks cannot be aged is
+  // cleared at once.
   void MaybeEvict(TargetId id, Target& t) {
-    if (t.max_blocks != 0 && t.block_count > t.max_blocks) Evict(id, t);
-  }
-  // Brings the view to at most max_blocks − max_blocks / 16 blocks: it keeps the blocks
-  // stored in the youngest `keep` epochs together with their chains to the root, for
-  // the largest `keep` that fits, and drops the rest, so the view stays prefix-closed
-  // (an evicted block has no kept descendant). A view whose unmapped blocks alone
-  // exceed the bound is cleared. Cost: O(view) row reads (doc/index.md "Bounded views").
-  void Evict(TargetId id, Target& t) {
-    const size_t before = t.block_count;
-    const size_t goal = t.max_blocks - t.max_blocks / 16;
-    if (!t.has_unmapped) {
-      // The histogram's first guess: the youngest ages whose entries fit the goal.
-      size_t entries_kept = 0;
-      uint32_t keep = 0;
-      while (keep < kEpochs) {
-        const size_t n = t.epoch_entries[(t.epoch + kEpochs - keep) % kEpochs];
-        if (entries_kept + n > goal) break;
-        entries_kept += n;
-        ++keep;
-      }
-      while (MarkKept(id, t, keep) > goal && keep > 0) --keep;
-      t.closed = false;  // no children bookkeeping while blocks go; Recheck recounts
-      t.engine_map.ForEach([&](uint32_t e) {
-        const uint32_t row = t.engine_map.slot(e).row();
-        const auto it = evict_marks.find(row);
-        if (it != evict_marks.end() && it->second) return;
-        DropTiers(id, t, row, 7);
-        EraseEntry(t, e);
-      });
-      absl::flat_hash_map<uint32_t, bool>().swap(evict_marks);
-      Recheck(id, t);
-      if (!t.closed) t.recheck_in = 4 * t.block_count + 64;
-    }
-    if (t.block_count > t.max_blocks) {
-      // Blocks without an engine mapping (count mismatches) cannot be aged.
-      Clear(id, t);
-    }
-    t.evicted += before - t.block_count;
+    if (t.max_blocks == 0 || t.sweep != nullptr) return;
+    if (t.block_count <= t.max_blocks && t.engine_map.size() <= t.max_blocks) return;
     t.evicted_since_clear = true;
+    if (t.has_unmapped) {
+      // Blocks without an engine mapping (count mismatches) cannot be aged.
+      const size_t before = t.block_count;
+      Clear(id, t);
+      t.evicted += before;
+      t.evicted_since_clear = true;
+      return;
+    }
+    t.sweep = std::make_unique<Sweep>();
+    Sweep& w = *t.sweep;
+    w.goal = t.max_blocks - t.max_blocks / 16;
+    w.before = t.block_count;
+    // The histogram's first guess: the youngest ages whose entries fit the goal.
+    size_t entries_kept = 0;
+    while (w.keep0 < kEpochs) {
+      const size_t n = t.epoch_entries[(t.epoch + kEpochs - w.keep0) % kEpochs];
+      if (entries_kept + n > w.goal) break;
+      entries_kept += n;
+      ++w.keep0;
+    }
+    size_t at = 0;
+    for (uint32_t a = 0; a < kEpochs; ++a) {
+      w.age_begin[a] = w.fill[a] = at;
+      at += t.epoch_entries[(t.epoch + kEpochs - a) % kEpochs];
+    }
+    w.age_begin[kEpochs] = at;
+    w.order.resize(at);
+    // No children bookkeeping while blocks go: the walk answers for the target until
+    // the sweep's recheck proves the view prefix-closed again.
+    t.closed = false;
+    Refresh(id);
   }
-  // evict_marks[row] for the rows of the entries stored in the youngest `keep` epochs and
-  // their ancestors: true when the chain to the root is held by the target (those are
-  // kept), false for orphans. Returns how many rows are kept.
-  size_t MarkKept(TargetId id, const Target& t, uint32_t keep) {
-    evict_marks.clear();
-    size_t kept = 0;
-    std::vector<uint32_t>& path = evict_path;
-    t.engine_map.ForEach([&](uint32_t e) {
-      const EngineEntry& entry = t.engine_map.slot(e);
-      if (Age(t, entry.epoch()) >= keep) return;
-      uint32_t r = entry.row();
-      bool held;
-      path.clear();
-      for (;;) {
-        if (r == kRoot) {
-          held = true;
+
+  // One step of the sweep (about `budget` units, at least one); returns the units.
+  // Brings the view to at most goal = max_blocks − max_blocks / 16 blocks: it keeps
+  // the blocks stored in the youngest `keep` epochs together with their chains to the
+  // root, for the largest `keep` that fits, and drops the rest, so the view stays
+  // prefix-closed (an evicted block has no kept descendant); of the engine hashes of a
+  // kept block, only the youngest stays.
+  //   kOrder  one pass over the map: the entries by age (counting sort)
+  //   kMark   from each entry younger than keep0, in age order, the walk to the root
+  //           marks each row with the age of the youngest entry below it; a walk stops
+  //           at a marked row, so each row is read once; kept(k) = rows marked held
+  //           with an age below k
+  //   kDrop   in age order: an entry of a kept row stays if it is the row's first
+  //           (youngest), else it goes; an entry of another row drops the row
+  //   kZero, kCount  Recheck in two passes
+  size_t SweepStep(TargetId id, Target& t, size_t budget) {
+    using Phase = Sweep::Phase;
+    Sweep& w = *t.sweep;
+    size_t done = 0;
+    EngineMap& map = t.engine_map;
+    while (done < budget) {
+      switch (w.phase) {
+        case Phase::kOrder: {
+          const size_t end = StepEnd(w.cursor, map.capacity(), budget - done);
+          for (; w.cursor < end; ++w.cursor, ++done) {
+            const uint32_t e = static_cast<uint32_t>(w.cursor);
+            if (!map.full(e)) continue;
+            const uint32_t age = Age(t, map.slot(e).epoch());
+            if (w.fill[age] >= w.age_begin[age + 1]) std::abort();  // histogram is off: a bug
+            w.order[w.fill[age]++] = e;
+            SetMark(id, map.slot(e).row(), 0);  // (every held row has an entry)
+          }
+          if (w.cursor == map.capacity()) {
+            w.phase = Phase::kMark;
+            w.cursor = 0;
+          }
           break;
         }
-        if (!IsRow(r) || Get(rows.slot(r).holders, id) == 0) {
-          held = false;
+        case Phase::kMark:
+          done += MarkStep(id, t, w, budget - done);
+          break;
+        case Phase::kDrop: {
+          const size_t end = StepEnd(w.cursor, w.order.size(), budget - done);
+          for (; w.cursor < end; ++w.cursor, ++done) {
+            const uint32_t e = w.order[w.cursor];
+            if (!map.full(e)) continue;
+            const uint32_t row = map.slot(e).row();
+            const uint32_t mark = MarkOf(id, row);
+            const bool kept = mark != 0 && mark != kWalking && ((mark - 1) & kMarkHeld) &&
+                              ((mark - 1) & 0x1f) < w.keep;
+            if (kept && !((mark - 1) & kMarkClaimed)) {
+              SetMark(id, row, 1 + ((mark - 1) | kMarkClaimed));
+              continue;
+            }
+            if (!kept) DropTiers(id, t, row, 7);
+            EraseEntry(t, e);
+          }
+          if (w.cursor == w.order.size()) {
+            t.evicted += w.before - t.block_count;
+            t.aliased = false;  // one entry per kept block
+            std::vector<uint32_t>().swap(w.order);
+            w.phase = Phase::kZero;
+            w.cursor = 0;
+            w.ok = map.size() == t.block_count;
+          }
           break;
         }
-        if (auto it = evict_marks.find(r); it != evict_marks.end()) {
-          held = it->second;
+        case Phase::kZero:
+        case Phase::kCount: {
+          const bool zero = w.phase == Phase::kZero;
+          const size_t end = StepEnd(w.cursor, map.capacity(), budget - done);
+          for (; w.ok && w.cursor < end; ++w.cursor, ++done) {
+            const uint32_t e = static_cast<uint32_t>(w.cursor);
+            if (map.full(e))
+              w.ok =
+                  zero ? RecheckZero(id, map.slot(e).row()) : RecheckCount(id, map.slot(e).row());
+          }
+          if (!w.ok || w.cursor == map.capacity()) {
+            if (zero && w.ok) {
+              w.phase = Phase::kCount;
+              w.cursor = 0;
+              break;
+            }
+            t.closed = w.ok;
+            if (!t.closed) t.recheck_in = 4 * t.block_count + 64;
+            t.sweep.reset();
+            Refresh(id);
+            MaybeShrink();
+            return std::max<size_t>(done, 1);
+          }
           break;
         }
-        path.push_back(r);
+      }
+    }
+    return done;
+  }
+  // kMark's walks, from the entries younger than keep0 (w.cursor indexes w.order),
+  // youngest first. Up from the entry's row to the root, a row the target does not
+  // hold, or a row marked before: each row passed gets kWalking; then down the same
+  // rows again, each gets 1 + (age | held): held when the walk ended at the root or at
+  // a row marked held. Each row is walked at most twice over the sweep.
+  size_t MarkStep(TargetId id, Target& t, Sweep& w, size_t budget) {
+    using Walk = Sweep::Walk;
+    using At = Sweep::At;
+    size_t done = 0;
+    const size_t end = w.age_begin[w.keep0];
+    while (done < budget) {
+      if (w.walk == Walk::kIdle) {
+        if (w.cursor == end) {
+          // kept(k) = rows marked held with an age below k: the largest k <= keep0 that fits.
+          w.keep = w.keep0;
+          size_t kept = 0;
+          for (uint32_t a = 0; a < w.keep; ++a) kept += w.held_at_age[a];
+          while (w.keep > 0 && kept > w.goal) kept -= w.held_at_age[--w.keep];
+          w.phase = Sweep::Phase::kDrop;
+          w.cursor = 0;
+          return std::max<size_t>(done, 1);
+        }
+        const uint32_t e = w.order[w.cursor];
+        ++done;  // (a walk that stops at once still costs its entry's visit)
+        if (!t.engine_map.full(e)) {
+          ++w.cursor;
+          continue;
+        }
+        w.walk = Walk::kUp;
+        w.at = At::kAtRow;
+        w.at_hash = rows.slot(t.engine_map.slot(e).row()).hash;
+      }
+      uint32_t r = w.at == At::kAtRoot      ? kRoot
+                   : w.at == At::kAtNothing ? kUnknownParent
+                                            : rows.Find(w.at_hash);
+      if (r == kNoRow) r = kUnknownParent;
+      // The age of the walk's entry: the bucket w.cursor is in.
+      uint32_t age = 0;
+      while (w.age_begin[age + 1] <= w.cursor) ++age;
+      if (w.walk == Walk::kUp) {
+        bool ended = false;
+        bool held = false;
+        for (; done < budget; ++done) {
+          if (r == kRoot) {
+            held = ended = true;
+            break;
+          }
+          if (!IsRow(r) || Get(rows.slot(r).holders, id) == 0) {
+            ended = true;
+            break;
+          }
+          const uint32_t mark = MarkOf(id, r);
+          if (mark != 0) {
+            // Marked before (or on this walk: a cycle, only possible with a hash
+            // collision: not held).
+            held = mark != kWalking && ((mark - 1) & kMarkHeld);
+            ended = true;
+            break;
+          }
+          SetMark(id, r, kWalking);
+          r = ParentOf(rows.slot(r));
+        }
+        if (!ended) {
+          SaveAt(w, r);
+          return done;
+        }
+        w.final_mark = 1 + (age | (held ? kMarkHeld : 0));
+        w.walk = Walk::kDown;
+        SaveAt(w, t.engine_map.slot(w.order[w.cursor]).row());
+        continue;
+      }
+      // kDown: from the entry's row while the rows carry kWalking.
+      for (; done < budget; ++done) {
+        if (!IsRow(r) || MarkOf(id, r) != kWalking) {
+          w.walk = Walk::kIdle;
+          ++w.cursor;
+          break;
+        }
+        SetMark(id, r, w.final_mark);
+        if ((w.final_mark - 1) & kMarkHeld) ++w.held_at_age[age];
         r = ParentOf(rows.slot(r));
       }
-      for (uint32_t p : path) evict_marks.emplace(p, held);
-      if (held) kept += path.size();
-    });
-    return kept;
+      if (w.walk == Walk::kDown) SaveAt(w, r);
+    }
+    return done;
+  }
+  void SaveAt(Sweep& w, uint32_t r) {
+    w.at = r == kRoot ? Sweep::At::kAtRoot : IsRow(r) ? Sweep::At::kAtRow : Sweep::At::kAtNothing;
+    w.at_hash = IsRow(r) ? rows.slot(r).hash : 0;
+  }
+  // The target's sweep mark of row i (its holder word's children field).
+  // REQUIRES: the target holds row i.
+  uint32_t MarkOf(TargetId id, uint32_t i) const {
+    return HolderChildren(Get(rows.slot(i).holders, id));
+  }
+  void SetMark(TargetId id, uint32_t i, uint32_t mark) {
+    Row& r = rows.slot(i);
+    const uint32_t w = Get(r.holders, id);
+    if (w != 0) Put(r.holders, id, (w & ~(kMaxChildren << 4)) | (mark << 4));
+  }
+
+  // Deferred work of the target, about `budget` units (at least one when some is
+  // pending). The purge goes first: the sweep reads the entries' rows.
+  // (The erase backlog is the index's, drained by whichever target's writer comes.)
+  size_t DoPending(TargetId id, Target& t, size_t budget) {
+    size_t done = 0;
+    while (done < budget) {
+      if (t.purge_pending) {
+        done += PurgeStep(id, t, budget - done);
+      } else if (t.sweep != nullptr) {
+        done += SweepStep(id, t, budget - done);
+      } else if (!erase_backlog.empty()) {
+        done += DrainEraseBacklog(budget - done);
+      } else {
+        break;
+      }
+    }
+    MaybeShrink();
+    return done;
+  }
+  void FinishPending(TargetId id, Target& t) { DoPending(id, t, SIZE_MAX); }
+  bool Pending(const Target& t) const {
+    return t.purge_pending || t.sweep != nullptr || !erase_backlog.empty();
+  }
+
+  // Erases entries whose row the target no longer holds (PurgeEngineMap in steps).
+  size_t PurgeStep(TargetId id, Target& t, size_t budget) {
+    EngineMap& map = t.engine_map;
+    const size_t end = StepEnd(t.purge_cursor, map.capacity(), std::max<size_t>(budget, 1));
+    size_t done = 0;
+    for (; t.purge_cursor < end; ++t.purge_cursor, ++done) {
+      const uint32_t e = static_cast<uint32_t>(t.purge_cursor);
+      if (map.full(e) && !HoldsRow(id, map.slot(e).row())) EraseEntry(t, e);
+    }
+    if (t.purge_cursor >= map.capacity()) {
+      t.purge_pending = false;
+      t.purge_cursor = 0;
+      MaybeShrink();
+    }
+    return std::max<size_t>(done, 1);
+  }
+  // Whether the target holds row i on some tier (i may be a slot erased since).
+  bool HoldsRow(TargetId id, uint32_t i) const {
+    return i < rows.capacity() && rows.full(i) && Get(rows.slot(i).holders, id) != 0;
   }
 
   void Refresh(TargetId id) {
@@ -610,7 +901,10 @@ struct KvIndex::Impl {
     Refresh(id);
   }
   void MaybeRecheck(TargetId id, Target& t, size_t applied) {
-    if (t.closed || t.has_unmapped || t.block_count > kMaxRecheckBlocks) return;
+    // (A sweep in progress rechecks at its end.)
+    if (t.closed || t.has_unmapped || t.sweep != nullptr || t.block_count > kMaxRecheckBlocks) {
+      return;
+    }
     if (t.recheck_in > applied) {
       t.recheck_in -= applied;
       return;
@@ -625,30 +919,31 @@ struct KvIndex::Impl {
   void Recheck(TargetId id, Target& t) {
     if (t.has_unmapped || t.engine_map.size() != t.block_count) return;
     bool ok = true;
-    t.engine_map.ForEach([&](uint32_t e) {
-      Row& r = rows.slot(t.engine_map.slot(e).row());
-      const uint32_t w = Get(r.holders, id);
-      if (w == 0) ok = false;
-      if (ok) Put(r.holders, id, w & ~(kMaxChildren << 4));
-    });
-    if (!ok) return;
-    t.engine_map.ForEach([&](uint32_t e) {
-      if (!ok) return;
-      const uint32_t parent = ParentOf(rows.slot(t.engine_map.slot(e).row()));
-      if (parent == kRoot) return;
-      if (!IsRow(parent)) {
-        ok = false;  // parent not known
-        return;
-      }
-      Row& p = rows.slot(parent);
-      const uint32_t w = Get(p.holders, id);
-      if (w == 0 || HolderChildren(w) == kMaxChildren) {
-        ok = false;  // an orphan, or saturated
-        return;
-      }
-      Put(p.holders, id, w + (1u << 4));
-    });
+    t.engine_map.ForEach(
+        [&](uint32_t e) { ok = ok && RecheckZero(id, t.engine_map.slot(e).row()); });
+    t.engine_map.ForEach(
+        [&](uint32_t e) { ok = ok && RecheckCount(id, t.engine_map.slot(e).row()); });
     if (ok) t.closed = true;
+  }
+  // Recheck's two passes, per held block (row i): its children count back to 0; one
+  // more child of its parent. False when the proof fails (not held, an orphan, a
+  // parent not known, a saturated count).
+  bool RecheckZero(TargetId id, uint32_t i) {
+    Row& r = rows.slot(i);
+    const uint32_t w = Get(r.holders, id);
+    if (w == 0) return false;
+    Put(r.holders, id, w & ~(kMaxChildren << 4));
+    return true;
+  }
+  bool RecheckCount(TargetId id, uint32_t i) {
+    const uint32_t parent = ParentOf(rows.slot(i));
+    if (parent == kRoot) return true;
+    if (!IsRow(parent)) return false;
+    Row& p = rows.slot(parent);
+    const uint32_t w = Get(p.holders, id);
+    if (w == 0 || HolderChildren(w) == kMaxChildren) return false;
+    Put(p.holders, id, w + (1u << 4));
+    return true;
   }
 
   // Adds `tier_bit` for (id, hash) and returns its row. When `linked`, `parent` is the
@@ -756,6 +1051,9 @@ struct KvIndex::Impl {
     t.engine_map.Clear();
     t.has_unmapped = false;
     t.aliased = false;
+    t.purge_pending = false;
+    t.purge_cursor = 0;
+    t.sweep.reset();
     for (uint32_t& n : t.epoch_entries) n = 0;
     t.epoch_stored = 0;
     t.evicted_since_clear = false;
@@ -764,16 +1062,16 @@ struct KvIndex::Impl {
     for (size_t& n : t.tier_entries) n = 0;
     t.closed = true;  // empty: trivially prefix-closed
     Refresh(id);
+    DrainEraseBacklog(SIZE_MAX);  // (a clear is O(view) anyway)
     MaybeShrink();
   }
 
   // Drops engine map entries whose rows the target no longer holds (after direct
   // removals), so no entry names a row that may be erased.
   void PurgeEngineMap(TargetId id, Target& t) {
-    if (t.engine_map.size() == 0) return;
-    t.engine_map.ForEach([&](uint32_t e) {
-      if (Get(rows.slot(t.engine_map.slot(e).row()).holders, id) == 0) EraseEntry(t, e);
-    });
+    t.purge_pending = true;
+    t.purge_cursor = 0;
+    while (t.purge_pending) PurgeStep(id, t, SIZE_MAX);
   }
 
   // Inserts the chain `router` continuing `parent_hash` (0 = a root) on `tier_bit`;
@@ -824,10 +1122,84 @@ struct KvIndex::Impl {
               bool all_device, bool setup_cached = false) const;
 };
 
+struct GrowthPlan::Impl {
+  uint64_t generation = 0;
+  bool rows_rebuilt = false;
+  RowTable rows;
+  std::vector<std::pair<TargetId, EngineMap>> maps;
+};
+GrowthPlan::GrowthPlan() = default;
+GrowthPlan::~GrowthPlan() = default;
+GrowthPlan::GrowthPlan(GrowthPlan&&) noexcept = default;
+GrowthPlan& GrowthPlan::operator=(GrowthPlan&&) noexcept = default;
+
+GrowthPlan KvIndex::PrepareGrowth(TargetId id, size_t more) const {
+  GrowthPlan plan;
+  const Impl& x = *impl_;
+  const Impl::Target* t = x.Live(id);
+  if (t == nullptr) return plan;
+  const bool rows_due = x.rows.NeedsRebuild(more);
+  // (A target with pending work finishes it before it inserts: its map is not grown
+  // now, and a sweep's order names its slots.)
+  const bool map_due = !x.Pending(*t) && t->engine_map.NeedsRebuild(more);
+  if (!rows_due && !map_due) return plan;
+  for (const Impl::Target& u : x.targets) {
+    // Entries of a pending purge may name erased rows: not translatable here.
+    if (u.live && u.purge_pending && rows_due) return plan;
+  }
+  auto p = std::make_unique<GrowthPlan::Impl>();
+  p->generation = x.generation;
+  std::vector<uint32_t> old_to_new;
+  if (rows_due) {
+    p->rows_rebuilt = true;
+    p->rows = x.rows.Rebuilt(x.rows.ReserveCapacity(more), &old_to_new);
+    p->rows.ForEach([&](uint32_t i) {
+      Row& r = p->rows.slot(i);
+      const uint32_t parent = ParentOf(r);
+      if (IsRow(parent)) r.link = (r.link & ~kParentMask) | old_to_new[parent];
+    });
+  }
+  for (TargetId u = 0; u < x.targets.size(); ++u) {
+    const Impl::Target& target = x.targets[u];
+    if (!target.live) continue;
+    const bool grow = u == id && map_due;
+    if (!grow && (!rows_due || target.engine_map.size() == 0)) continue;
+    // Same slots unless grown (a sweep's order names them).
+    EngineMap map =
+        grow ? target.engine_map.Rebuilt(target.engine_map.ReserveCapacity(more), nullptr)
+             : target.engine_map.Clone();
+    bool ok = true;
+    if (rows_due) {
+      map.ForEach([&](uint32_t i) {
+        EngineEntry& e = map.slot(i);
+        const uint32_t to = e.row() < old_to_new.size() ? old_to_new[e.row()] : kNoRow;
+        if (to == kNoRow) ok = false;
+        e.set(to, e.epoch());
+      });
+    }
+    if (!ok) return plan;
+    p->maps.emplace_back(u, std::move(map));
+  }
+  plan.impl_ = std::move(p);
+  return plan;
+}
+
+bool KvIndex::InstallGrowth(GrowthPlan& plan) {
+  if (plan.impl_ == nullptr) return false;
+  std::unique_ptr<GrowthPlan::Impl> p = std::move(plan.impl_);
+  if (p->generation != impl_->generation) return false;  // written since: stale
+  ++impl_->generation;
+  if (p->rows_rebuilt) std::swap(impl_->rows, p->rows);
+  for (auto& [u, map] : p->maps) std::swap(impl_->targets[u].engine_map, map);
+  plan.impl_ = std::move(p);  // the old tables: freed with the plan, off the lock
+  return true;
+}
+
 KvIndex::KvIndex() : impl_(std::make_unique<Impl>()) {}
 KvIndex::~KvIndex() = default;
 
 TargetId KvIndex::AddTarget(const TargetKey& key, size_t block_size) {
+  ++impl_->generation;
   assert(block_size > 0);
   auto [it, inserted] = impl_->by_key.try_emplace({key.worker_id, key.dp_rank}, 0);
   if (!inserted) {
@@ -859,6 +1231,9 @@ TargetId KvIndex::AddTarget(const TargetKey& key, size_t block_size) {
   for (uint32_t& n : t.epoch_entries) n = 0;
   t.evicted = 0;
   t.evicted_since_clear = false;
+  t.purge_pending = false;
+  t.purge_cursor = 0;
+  t.sweep.reset();
   if (impl_->walk_mode.size() <= id) impl_->walk_mode.resize(id + 1);
   impl_->Refresh(id);
   it->second = id;
@@ -883,6 +1258,7 @@ size_t KvIndex::BlockSize(TargetId id) const {
 }
 
 void KvIndex::RemoveTarget(TargetId id) {
+  ++impl_->generation;
   Impl::Target* t = impl_->Live(id);
   if (t == nullptr) return;
   impl_->Clear(id, *t);
@@ -905,33 +1281,76 @@ StoreOutcome KvIndex::ApplyStored(TargetId id, std::optional<BlockHash> parent_e
                                   std::span<const BlockHash> engine_hashes,
                                   std::span<const TokenId> tokens, Tier tier,
                                   const StoredKeys& keys) {
+  StoreCursor cursor;
+  const StoreOutcome outcome = ApplyStoredPart(id, parent_engine_hash, engine_hashes, tokens, tier,
+                                               keys, cursor, SIZE_MAX);
+  if (Impl::Target* t = impl_->Live(id)) impl_->FinishPending(id, *t);
+  return outcome;
+}
+
+StoreOutcome KvIndex::ApplyStoredPart(TargetId id, std::optional<BlockHash> parent_engine_hash,
+                                      std::span<const BlockHash> engine_hashes,
+                                      std::span<const TokenId> tokens, Tier tier,
+                                      const StoredKeys& keys, StoreCursor& cursor,
+                                      size_t max_blocks) {
+  ++impl_->generation;
   Impl::Target* t = impl_->Live(id);
-  if (t == nullptr) return StoreOutcome::kUnknownTarget;
-  BlockHash parent = 0;
-  if (parent_engine_hash.has_value()) {
-    const uint32_t e = t->engine_map.Find(*parent_engine_hash);
-    if (e == EngineMap::kNone) {
-      return t->evicted_since_clear ? StoreOutcome::kEvictedParent : StoreOutcome::kUnknownParent;
-    }
-    parent = impl_->rows.slot(t->engine_map.slot(e).row()).hash;
+  ++cursor.parts;
+  if (t == nullptr) {
+    cursor.done = true;
+    return StoreOutcome::kUnknownTarget;
   }
+  impl_->FinishPending(id, *t);
+  const size_t block_size = t->block_size;
+  const size_t total = tokens.size() / block_size;
+  const bool mapped = engine_hashes.size() == total;
+  BlockHash parent = 0;
+  if (cursor.next_block == 0) {
+    if (parent_engine_hash.has_value()) {
+      const uint32_t e = t->engine_map.Find(*parent_engine_hash);
+      if (e == EngineMap::kNone) {
+        cursor.done = true;
+        return t->evicted_since_clear ? StoreOutcome::kEvictedParent : StoreOutcome::kUnknownParent;
+      }
+      parent = impl_->rows.slot(t->engine_map.slot(e).row()).hash;
+    }
+  } else {
+    // The previous part's last block: the bound may have evicted it since.
+    parent = cursor.parent_router;
+    const uint32_t r = impl_->rows.Find(parent);
+    if (r == kNoRow || !impl_->HoldsRow(id, r)) {
+      cursor.done = true;
+      return StoreOutcome::kEvictedParent;
+    }
+  }
+  const size_t n = std::min(std::max<size_t>(max_blocks, 1), total - cursor.next_block);
   std::vector<BlockHash>& router = Scratch().hashes;
   router.clear();
+  // Block i of the event (counted from the event's first block, across parts) is keyed
+  // by the adapter, the first block of a chain's root also by the salt; blocks from
+  // unattributable_from on by kUnattributableKey.
+  const size_t first = cursor.next_block;
+  const std::span<const TokenId> part = tokens.subspan(first * block_size, n * block_size);
   if (keys.unattributable_from == UINT32_MAX) {
-    const uint64_t salt = parent_engine_hash.has_value() ? 0 : keys.salt;
-    AppendChain(tokens, t->block_size, parent, HashKeys{salt, keys.adapter}, router);
+    const uint64_t salt = first == 0 && !parent_engine_hash.has_value() ? keys.salt : 0;
+    AppendChain(part, block_size, parent, HashKeys{salt, keys.adapter}, router);
   } else {
-    const size_t bs = t->block_size;
-    for (size_t i = 0; i < tokens.size() / bs; ++i) {
+    BlockHash h = parent;
+    for (size_t j = 0; j < n; ++j) {
+      const size_t i = first + j;
       uint64_t key = BlockKey(keys.adapter, i == 0 && !parent_engine_hash ? keys.salt : 0);
       if (i >= keys.unattributable_from) key = kUnattributableKey;
-      parent = HashChunk(parent, tokens.subspan(i * bs, bs), key);
-      router.push_back(parent);
+      h = HashChunk(h, part.subspan(j * block_size, block_size), key);
+      router.push_back(h);
     }
   }
-  const bool mapped = engine_hashes.size() == router.size();
+  const std::span<const BlockHash> engine_part =
+      mapped ? engine_hashes.subspan(first, n) : std::span<const BlockHash>();
   const bool was_closed = t->closed;
-  impl_->InsertChain(id, *t, parent, router, TierBit(tier), mapped ? &engine_hashes : nullptr);
+  impl_->InsertChain(id, *t, parent, router, TierBit(tier), mapped ? &engine_part : nullptr);
+  cursor.next_block += n;
+  if (n > 0) cursor.parent_router = router.back();
+  cursor.done = cursor.next_block == total;
   impl_->MaybeEvict(id, *t);
   impl_->AfterEvent(id, *t, was_closed, router.size());
   return mapped ? StoreOutcome::kOk : StoreOutcome::kCountMismatch;
@@ -939,16 +1358,26 @@ StoreOutcome KvIndex::ApplyStored(TargetId id, std::optional<BlockHash> parent_e
 
 RemoveResult KvIndex::ApplyRemoved(TargetId id, std::span<const BlockHash> engine_hashes,
                                    Tier tier) {
+  const RemoveResult result = ApplyRemovedPart(id, engine_hashes, tier);
+  if (Impl::Target* t = impl_->Live(id)) impl_->FinishPending(id, *t);
+  return result;
+}
+
+RemoveResult KvIndex::ApplyRemovedPart(TargetId id, std::span<const BlockHash> engine_hashes,
+                                       Tier tier) {
+  ++impl_->generation;
   RemoveResult result;
   Impl::Target* t = impl_->Live(id);
   if (t == nullptr) {
     result.unknown = engine_hashes.size();
     return result;
   }
+  if (t->sweep != nullptr) impl_->FinishPending(id, *t);
   const uint32_t bit = TierBit(tier);
   EngineMap& map = t->engine_map;
   RowTable& rows = impl_->rows;
   const bool was_closed = t->closed;
+  bool erased = false;
   // In chunks, passes so the dependent cache misses of each block (engine map, its
   // row, the parent's row) overlap across the chunk: prefetch the map slots; find
   // them and prefetch the rows; read those and prefetch the parents' rows; apply.
@@ -976,14 +1405,25 @@ RemoveResult KvIndex::ApplyRemoved(TargetId id, std::span<const BlockHash> engin
         ++result.unknown;
         continue;
       }
+      // (An alias of a block removed before in this event, a purge pending: the
+      // target does not hold its row; it goes as the purge would erase it.)
       auto [dropped, left] = impl_->DropTiers(id, *t, map.slot(e).row(), bit);
       if (dropped) ++result.removed;
-      if (left == 0) impl_->EraseEntry(*t, e);
+      if (left == 0) {
+        impl_->EraseEntry(*t, e);
+        erased = true;
+      }
     }
   }
-  if (t->aliased) impl_->PurgeEngineMap(id, *t);
+  // Other engine hashes of a block that went may still name its row: erased by a
+  // purge (O(map)) before the target's next store; until then the target does not
+  // hold those rows, so a removal through them drops nothing.
+  if (t->aliased && erased) {
+    t->purge_pending = true;
+    t->purge_cursor = 0;
+  }
   impl_->AfterEvent(id, *t, was_closed, engine_hashes.size());
-  impl_->MaybeShrink();
+  if (!t->purge_pending) impl_->MaybeShrink();
   return result;
 }
 
@@ -995,12 +1435,25 @@ bool KvIndex::SaltedTraffic() const {
   return impl_->salted_traffic.load(std::memory_order_acquire);
 }
 
+bool KvIndex::HasPendingWork(TargetId id) const {
+  const Impl::Target* t = impl_->Live(id);
+  return t != nullptr && impl_->Pending(*t);
+}
+
+size_t KvIndex::DoPendingWork(TargetId id, size_t budget) {
+  ++impl_->generation;
+  Impl::Target* t = impl_->Live(id);
+  return t == nullptr ? 0 : impl_->DoPending(id, *t, std::max<size_t>(budget, 1));
+}
+
 void KvIndex::ApplyCleared(TargetId id) {
+  ++impl_->generation;
   Impl::Target* t = impl_->Live(id);
   if (t != nullptr) impl_->Clear(id, *t);
 }
 
 void KvIndex::InsertRouterHashes(TargetId id, std::span<const BlockHash> router_hashes, Tier tier) {
+  ++impl_->generation;
   Impl::Target* t = impl_->Live(id);
   if (t == nullptr) return;
   impl_->ReserveRows(router_hashes.size());
@@ -1021,6 +1474,7 @@ void KvIndex::InsertRouterHashes(TargetId id, std::span<const BlockHash> router_
 
 void KvIndex::InsertRouterChain(TargetId id, BlockHash parent_router_hash,
                                 std::span<const BlockHash> router_hashes, Tier tier) {
+  ++impl_->generation;
   Impl::Target* t = impl_->Live(id);
   if (t == nullptr) return;
   impl_->InsertChain(id, *t, parent_router_hash, router_hashes, TierBit(tier), nullptr);
@@ -1029,6 +1483,7 @@ void KvIndex::InsertRouterChain(TargetId id, BlockHash parent_router_hash,
 
 size_t KvIndex::RemoveRouterHashes(TargetId id, std::span<const BlockHash> router_hashes,
                                    Tier tier) {
+  ++impl_->generation;
   Impl::Target* t = impl_->Live(id);
   if (t == nullptr) return 0;
   size_t removed = 0;
@@ -1492,11 +1947,14 @@ bool KvIndex::IsPrefixClosed(TargetId id) const {
 }
 
 void KvIndex::SetMaxBlocks(TargetId id, size_t max_blocks) {
+  ++impl_->generation;
   Impl::Target* t = impl_->Live(id);
   if (t == nullptr) return;
   t->max_blocks = max_blocks;
   t->epoch_stored = 0;
+  impl_->FinishPending(id, *t);
   impl_->MaybeEvict(id, *t);
+  impl_->FinishPending(id, *t);
   impl_->Refresh(id);
   impl_->MaybeShrink();
 }

@@ -71,6 +71,31 @@ struct RemoveResult {
   size_t unknown = 0;  // engine hashes the target's map did not know
 };
 
+// Progress of one BlockStored applied in parts (ApplyStoredPart). Start each event
+// with a fresh cursor.
+struct StoreCursor {
+  size_t next_block = 0;        // router blocks of the event applied so far
+  size_t parts = 0;             // calls so far
+  bool done = false;            // the event is applied (or was refused: see the outcome)
+  BlockHash parent_router = 0;  // the router hash the next part chains from
+};
+
+// Row-table and engine-map growth built off the writer lock (KvIndex::PrepareGrowth).
+class GrowthPlan {
+ public:
+  GrowthPlan();
+  ~GrowthPlan();
+  GrowthPlan(GrowthPlan&&) noexcept;
+  GrowthPlan& operator=(GrowthPlan&&) noexcept;
+  // Whether there is anything to install.
+  bool empty() const { return impl_ == nullptr; }
+
+ private:
+  friend class KvIndex;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 class KvIndex {
  public:
   KvIndex();
@@ -105,6 +130,43 @@ class KvIndex {
   // AllBlocksCleared (and resync): empties the target's set and map.
   void ApplyCleared(TargetId id);
 
+  // Bounded work per call (doc/index.md "Bounded work"): a writer that must not hold
+  // its lock for a whole batch applies it in parts and releases the lock in between.
+  // ApplyStored / ApplyRemoved above are ApplyStoredPart / ApplyRemovedPart with no
+  // limit followed by DoPendingWork until none is left.
+  //
+  // ApplyStoredPart applies the next `max_blocks` (at least 1) router blocks of one
+  // BlockStored from `cursor`; `cursor.done` once the event is applied or refused.
+  // The first part returns what ApplyStored would (kOk, kUnknownParent, ...); a later
+  // part whose parent (the previous part's last block) left the view meanwhile (the
+  // bound evicted it) returns kEvictedParent and ends the event. When the view goes
+  // past its bound, the eviction sweep is left pending. First finishes any pending
+  // work of the target.
+  StoreOutcome ApplyStoredPart(TargetId id, std::optional<BlockHash> parent_engine_hash,
+                               std::span<const BlockHash> engine_hashes,
+                               std::span<const TokenId> tokens, Tier tier,
+                               const StoredKeys& keys, StoreCursor& cursor, size_t max_blocks);
+  // ApplyRemoved for some of an event's hashes: the caller passes the event in pieces.
+  // The purge of aliased engine hashes (below) is left pending; a pending purge is not
+  // run first (the pieces of one BlockRemoved may follow each other), a pending sweep is.
+  RemoveResult ApplyRemovedPart(TargetId id, std::span<const BlockHash> engine_hashes, Tier tier);
+  // A table rebuild is O(table): growing the row table past 1M rows held the writer
+  // ~0.1 s. PrepareGrowth (const: run it under a shared lock, readers go on) builds
+  // the tables the next `more` inserts into target `id` would rebuild (the row table,
+  // every engine map translated to its new rows, the target's own map grown); empty
+  // when no rebuild is due or none can be prepared (then the insert rebuilds as
+  // before). InstallGrowth (exclusive) swaps them in, O(targets), if nothing was
+  // written since they were prepared, and says whether it did; the plan then holds
+  // the old tables: destroy it after releasing the lock.
+  GrowthPlan PrepareGrowth(TargetId id, size_t more) const;
+  bool InstallGrowth(GrowthPlan& plan);
+  // Whether the target has deferred work: the bound's eviction sweep, or the purge of
+  // engine hashes whose block the target no longer holds.
+  bool HasPendingWork(TargetId id) const;
+  // Does about `budget` (at least 1) units of the target's deferred work; one unit is
+  // one engine-map entry or row visited. Returns the units done (0: nothing pending).
+  size_t DoPendingWork(TargetId id, size_t budget);
+
   // Inserts router hashes directly (tests, benchmarks, the offline simulator when it
   // shares hashes with the router). No engine mapping is recorded, so the next
   // ApplyCleared/RemoveTarget of this target scans the whole table (O(all rows))
@@ -128,9 +190,11 @@ class KvIndex {
                    std::span<MatchCounts> out) const;
 
   // The bound of the target's view (doc/index.md "Bounded views"): past max_blocks
-  // distinct blocks, the target's oldest blocks (by when they were last stored) are
-  // evicted down to max_blocks − max_blocks / 16, with the blocks that became
-  // unreachable. 0 = unbounded (the default). Evicts at once when the view is over.
+  // distinct blocks, or max_blocks engine hashes in its map, the target's oldest
+  // blocks (by when they were last stored) are evicted down to
+  // max_blocks − max_blocks / 16, with the blocks that became unreachable and every
+  // engine hash but one per kept block. 0 = unbounded (the default). Evicts at once
+  // when the view is over.
   void SetMaxBlocks(TargetId id, size_t max_blocks);
   size_t MaxBlocks(TargetId id) const;
   // Blocks the bound evicted from the target's view since it was added.

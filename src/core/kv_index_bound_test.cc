@@ -119,9 +119,29 @@ BlockHash EngineHash(TargetId t, BlockHash router) {
   return router * 0x2545F4914F6CDD1Dull + t + 1;
 }
 
-void RunBounded(uint64_t seed, double lose_fraction) {
+// How RunBounded applies events: whole calls, or in parts with the index's pending
+// work done in small steps while another target's writes move the rows in between
+// (doc/index.md "Bounded work": the writer releases its lock between steps).
+enum class Apply { kWhole, kStepped };
+
+void RunBounded(uint64_t seed, double lose_fraction, Apply mode = Apply::kWhole) {
   Rng rng{seed};
   KvIndex index;
+  // Stepped: a target outside the model whose stores and clears make the row table
+  // grow, rebuild and shrink between steps.
+  const TargetId noise = index.AddTarget({"noise", 0}, kBoundBlock);
+  auto step_pending = [&](TargetId t) {
+    while (index.HasPendingWork(t)) {
+      ASSERT_GT(index.DoPendingWork(t, 1 + rng.Uniform(7)), 0u);
+      if (rng.Uniform(4) == 0) {
+        std::vector<BlockHash> h(1 + rng.Uniform(40));
+        for (auto& x : h) x = rng.Next() | 1;
+        index.InsertRouterHashes(noise, h, Tier::kDevice);
+      } else if (rng.Uniform(40) == 0) {
+        index.ApplyCleared(noise);
+      }
+    }
+  };
   const std::vector<size_t> bounds = {0, 6, 24, 70, 200};
   const size_t capacity = 60;
   std::vector<TargetId> ids;
@@ -160,7 +180,16 @@ void RunBounded(uint64_t seed, double lose_fraction) {
     if (static_cast<double>(rng.Uniform(1000)) < lose_fraction * 1000) return;  // lost
     std::vector<BlockHash> engine;
     for (BlockHash h : router) engine.push_back(EngineHash(t, h));
-    index.ApplyRemoved(t, engine, Tier::kDevice);
+    if (mode == Apply::kWhole) {
+      index.ApplyRemoved(t, engine, Tier::kDevice);
+    } else {
+      for (size_t at = 0; at < engine.size();) {
+        const size_t n = std::min(engine.size() - at, 1 + rng.Uniform(3));
+        index.ApplyRemovedPart(t, std::span<const BlockHash>(engine).subspan(at, n), Tier::kDevice);
+        at += n;
+      }
+      step_pending(t);
+    }
     BoundedModel& m = model[t];
     for (BlockHash e : engine) {
       auto it = m.entries.find(e);
@@ -196,7 +225,16 @@ void RunBounded(uint64_t seed, double lose_fraction) {
       std::optional<BlockHash> parent;
       if (run > 0) parent = EngineHash(t, chain[run - 1]);
       const std::span<const TokenId> toks(p.data() + run * kBoundBlock, len * kBoundBlock);
-      const StoreOutcome got = index.ApplyStored(t, parent, engine, toks, Tier::kDevice);
+      StoreOutcome got;
+      if (mode == Apply::kWhole) {
+        got = index.ApplyStored(t, parent, engine, toks, Tier::kDevice);
+      } else {
+        // One part (the model evicts after whole events), then the sweep in steps.
+        StoreCursor cursor;
+        got = index.ApplyStoredPart(t, parent, engine, toks, Tier::kDevice, {}, cursor, SIZE_MAX);
+        EXPECT_TRUE(cursor.done);
+        step_pending(t);
+      }
       if (parent && !m.entries.count(*parent)) {
         // The router lost the parent: to its bound (skipped, not a gap) or otherwise.
         ASSERT_EQ(got, m.evicted_since_clear ? StoreOutcome::kEvictedParent
@@ -274,6 +312,279 @@ TEST(KvIndexBoundTest, MatchesNaiveBoundedModelWithLostRemovals) {
 
 TEST(KvIndexBoundTest, MatchesNaiveBoundedModelWithoutLosses) {
   RunBounded(33, 0.0);  // only the small bounds (below the engines' capacity) evict
+}
+
+TEST(KvIndexBoundTest, SweepsInStepsWhileRowsMoveMatchTheModel) {
+  RunBounded(34, 0.2, Apply::kStepped);
+  RunBounded(35, 0.5, Apply::kStepped);
+}
+
+// FindMatches over the target's current view, naively (the answer a reader between
+// two steps must get).
+void ExpectMatchesNaive(const KvIndex& index, TargetId t,
+                        const std::vector<std::vector<BlockHash>>& chains) {
+  const std::vector<BlockHash> held = index.RouterHashes(t);
+  const std::set<BlockHash> view(held.begin(), held.end());
+  const TargetId c[] = {t};
+  for (const auto& q : chains) {
+    std::vector<MatchCounts> out(1);
+    index.FindMatches(q, c, out);
+    size_t run = 0;
+    while (run < q.size() && view.count(q[run])) ++run;
+    ASSERT_EQ(out[0].total(), run);
+  }
+}
+
+TEST(KvIndexBoundTest, StoresInPartsEqualWholeStoresAndReadersSeeExactViewsBetween) {
+  Rng rng{41};
+  KvIndex whole, parts;
+  const TargetId a = whole.AddTarget({"w", 0}, kBoundBlock);
+  const TargetId b = parts.AddTarget({"w", 0}, kBoundBlock);
+  std::vector<std::vector<BlockHash>> chains;
+  std::vector<std::pair<std::vector<BlockHash>, std::vector<BlockHash>>> stored;  // router, engine
+  BlockHash next_engine = 1;
+  for (int step = 0; step < 200; ++step) {
+    // A continuation of a stored chain (or a root), 1..40 blocks.
+    std::optional<BlockHash> parent;
+    BlockHash parent_router = 0;
+    if (!stored.empty() && rng.Uniform(3) != 0) {
+      const auto& [r, e] = stored[rng.Uniform(stored.size())];
+      const size_t at = rng.Uniform(r.size());
+      parent = e[at];
+      parent_router = r[at];
+    }
+    std::vector<TokenId> toks((1 + rng.Uniform(40)) * kBoundBlock);
+    for (auto& tok : toks) tok = static_cast<TokenId>(rng.Uniform(100000));
+    std::vector<BlockHash> router = Chain(toks, parent_router);
+    std::vector<BlockHash> engine(router.size());
+    for (auto& e : engine) e = next_engine++;
+    // (The parent may have been removed: then both refuse the event.)
+    const StoreOutcome want = whole.ApplyStored(a, parent, engine, toks, Tier::kDevice);
+    StoreCursor cursor;
+    while (!cursor.done) {
+      ASSERT_EQ(
+          parts.ApplyStoredPart(b, parent, engine, toks, Tier::kDevice, {}, cursor, 1 + rng.Uniform(6)),
+          want);
+      if (step % 8 == 0) ExpectMatchesNaive(parts, b, chains);
+    }
+    if (want == StoreOutcome::kOk) {
+      EXPECT_EQ(cursor.next_block, router.size());
+      chains.push_back(router);
+      stored.emplace_back(router, engine);
+    }
+    if (rng.Uniform(5) == 0) {
+      // Removals in pieces (leaves and inner blocks: the views stop being closed).
+      const auto& [r, e] = stored[rng.Uniform(stored.size())];
+      const size_t from = rng.Uniform(e.size());
+      const std::span<const BlockHash> gone(e.data() + from, e.size() - from);
+      whole.ApplyRemoved(a, gone, Tier::kDevice);
+      for (size_t at = 0; at < gone.size(); at += 2) {
+        parts.ApplyRemovedPart(b, gone.subspan(at, std::min<size_t>(2, gone.size() - at)),
+                               Tier::kDevice);
+      }
+      while (parts.HasPendingWork(b)) parts.DoPendingWork(b, 1);
+    }
+    ASSERT_EQ(whole.BlockCount(a), parts.BlockCount(b)) << "step " << step;
+    ASSERT_EQ(whole.MappedEngineHashCount(a), parts.MappedEngineHashCount(b)) << "step " << step;
+    ExpectMatchesNaive(parts, b, chains);  // (closed or not: when each proof runs differs)
+    auto x = whole.RouterHashes(a), y = parts.RouterHashes(b);
+    std::sort(x.begin(), x.end());
+    std::sort(y.begin(), y.end());
+    ASSERT_EQ(x, y) << "step " << step;
+  }
+}
+
+TEST(KvIndexBoundTest, GrowthPreparedOffTheLockGivesTheSameIndex) {
+  // Two indexes get the same stores, removals and sweeps; one grows its tables only
+  // through PrepareGrowth / InstallGrowth (as the router's writer does before each
+  // slice), the other inside its calls. A plan prepared before another write is stale.
+  Rng rng{47};
+  KvIndex plain, planned;
+  std::vector<TargetId> a, b;
+  for (int i = 0; i < 3; ++i) {
+    a.push_back(plain.AddTarget({"t" + std::to_string(i), 0}, kBoundBlock));
+    b.push_back(planned.AddTarget({"t" + std::to_string(i), 0}, kBoundBlock));
+    plain.SetMaxBlocks(a.back(), 3000);
+    planned.SetMaxBlocks(b.back(), 3000);
+  }
+  std::vector<std::vector<BlockHash>> chains;
+  BlockHash next_engine = 1;
+  size_t installed = 0, stale = 0;
+  for (int step = 0; step < 400; ++step) {
+    const size_t k = rng.Uniform(3);
+    std::vector<TokenId> toks((1 + rng.Uniform(64)) * kBoundBlock);
+    for (auto& tok : toks) tok = static_cast<TokenId>(rng.Uniform(1000000));
+    std::vector<BlockHash> engine(toks.size() / kBoundBlock);
+    for (auto& e : engine) e = next_engine++;
+    GrowthPlan plan = planned.PrepareGrowth(b[k], engine.size());
+    if (!plan.empty() && rng.Uniform(4) == 0) {
+      // Another write first: the plan must not be installed.
+      planned.ApplyCleared(b[(k + 1) % 3]);
+      plain.ApplyCleared(a[(k + 1) % 3]);
+      EXPECT_FALSE(planned.InstallGrowth(plan));
+      ++stale;
+    } else if (!plan.empty()) {
+      ASSERT_TRUE(planned.InstallGrowth(plan));
+      ++installed;
+    }
+    ASSERT_EQ(plain.ApplyStored(a[k], std::nullopt, engine, toks, Tier::kDevice),
+              planned.ApplyStored(b[k], std::nullopt, engine, toks, Tier::kDevice));
+    chains.push_back(Chain(toks));
+    if (rng.Uniform(3) == 0) {
+      const size_t from = rng.Uniform(engine.size());
+      const std::span<const BlockHash> gone(engine.data() + from, engine.size() - from);
+      plain.ApplyRemoved(a[k], gone, Tier::kDevice);
+      planned.ApplyRemoved(b[k], gone, Tier::kDevice);
+    }
+    for (size_t i = 0; i < 3; ++i) {
+      ASSERT_EQ(plain.BlockCount(a[i]), planned.BlockCount(b[i])) << "step " << step;
+      ASSERT_EQ(plain.MappedEngineHashCount(a[i]), planned.MappedEngineHashCount(b[i]));
+      ASSERT_EQ(plain.EvictedBlocks(a[i]), planned.EvictedBlocks(b[i]));
+    }
+    if (step % 20 == 0) {
+      for (size_t i = 0; i < 3; ++i) ExpectMatchesNaive(planned, b[i], chains);
+    }
+  }
+  EXPECT_GT(installed, 5u);
+  EXPECT_GT(stale, 0u);
+}
+
+TEST(KvIndexBoundTest, AnEventLongerThanTheBoundIsEvictedBetweenItsParts) {
+  KvIndex index;
+  const TargetId w = index.AddTarget({"w", 0}, kBoundBlock);
+  index.SetMaxBlocks(w, 64);
+  // One chain of 1,000 blocks in parts of 16: past the bound the sweep (in steps of
+  // 8 units) takes the whole chain (its kept blocks would hang below evicted ones);
+  // the parts after it find their parent gone.
+  std::vector<TokenId> toks(1000 * kBoundBlock);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<TokenId>(i);
+  std::vector<BlockHash> engine(1000);
+  for (size_t i = 0; i < engine.size(); ++i) engine[i] = i + 1;
+  StoreCursor cursor;
+  StoreOutcome last = StoreOutcome::kOk;
+  size_t peak = 0;
+  while (!cursor.done) {
+    last = index.ApplyStoredPart(w, std::nullopt, engine, toks, Tier::kDevice, {}, cursor, 16);
+    peak = std::max(peak, index.BlockCount(w));
+    while (index.HasPendingWork(w)) ASSERT_GT(index.DoPendingWork(w, 8), 0u);
+    ASSERT_LE(index.BlockCount(w), 64u);
+  }
+  EXPECT_EQ(last, StoreOutcome::kEvictedParent);
+  EXPECT_LE(peak, 64u + 16u);  // over the bound by at most one part
+  EXPECT_EQ(index.BlockCount(w), 0u);
+  EXPECT_EQ(index.MappedEngineHashCount(w), 0u);
+  EXPECT_TRUE(index.IsPrefixClosed(w));
+}
+
+TEST(KvIndexBoundTest, AChainRemovedRootFirstIsErasedInBoundedSteps) {
+  // Removing a chain root first keeps each removed block as a kept parent row until
+  // the leaf goes; the leaf's erase then cascades up the chain: 64 rows in the call,
+  // the rest as pending work in steps.
+  KvIndex index;
+  const TargetId w = index.AddTarget({"w", 0}, kBoundBlock);
+  const TargetId other = index.AddTarget({"other", 0}, kBoundBlock);
+  index.InsertRouterHashes(other, std::vector<BlockHash>{42}, Tier::kDevice);  // rows stay
+  std::vector<TokenId> toks(5000 * kBoundBlock);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<TokenId>(i % 1000);
+  std::vector<BlockHash> engine(5000);
+  for (size_t i = 0; i < engine.size(); ++i) engine[i] = i + 1;
+  ASSERT_EQ(index.ApplyStored(w, std::nullopt, engine, toks, Tier::kDevice), StoreOutcome::kOk);
+  for (size_t at = 0; at < engine.size(); at += 100) {
+    index.ApplyRemovedPart(w, std::span<const BlockHash>(engine).subspan(at, 100), Tier::kDevice);
+  }
+  EXPECT_EQ(index.BlockCount(w), 0u);
+  EXPECT_EQ(index.DistinctHashCount(), 1u);  // kept rows are not counted
+  ASSERT_TRUE(index.HasPendingWork(w));
+  size_t steps = 0;
+  while (index.HasPendingWork(w)) {
+    ASSERT_LE(index.DoPendingWork(w, 64), 64u);
+    ++steps;
+  }
+  EXPECT_GE(steps, 5000u / 64 - 1);
+  EXPECT_EQ(index.DistinctHashCount(), 1u);
+  // The chain is stored again: exact as ever.
+  ASSERT_EQ(index.ApplyStored(w, std::nullopt, engine, toks, Tier::kDevice), StoreOutcome::kOk);
+  EXPECT_EQ(index.DistinctHashCount(), 5001u);
+  EXPECT_EQ(index.BlockCount(w), 5000u);
+}
+
+TEST(KvIndexBoundTest, ReKeyedHashesOfTheSameBlocksStayWithinTheBound) {
+  // A publisher re-sends the same blocks under ever new engine hashes: the view stays
+  // at 100 blocks, the map must not grow past the bound (issue 22, item 2).
+  KvIndex index;
+  const TargetId w = index.AddTarget({"w", 0}, kBoundBlock);
+  index.SetMaxBlocks(w, 1000);
+  std::vector<TokenId> toks(100 * kBoundBlock);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<TokenId>(i * 3 + 1);
+  const auto chain = Chain(toks);
+  std::vector<BlockHash> engine(100);
+  BlockHash next = 1;
+  size_t peak = 0;
+  for (int round = 0; round < 500; ++round) {  // 50,000 engine hashes
+    for (auto& e : engine) e = next++;
+    ASSERT_EQ(index.ApplyStored(w, std::nullopt, engine, toks, Tier::kDevice), StoreOutcome::kOk);
+    peak = std::max(peak, index.MappedEngineHashCount(w));
+    ASSERT_EQ(index.BlockCount(w), 100u);
+  }
+  EXPECT_LE(peak, 1000u);
+  EXPECT_EQ(index.EvictedBlocks(w), 0u);  // every block is young: none leaves the view
+  EXPECT_TRUE(index.IsPrefixClosed(w));
+  // The youngest hashes stayed: removing through them empties the view.
+  const RemoveResult r = index.ApplyRemoved(w, engine, Tier::kDevice);
+  EXPECT_EQ(r.removed, 100u);
+  EXPECT_EQ(index.BlockCount(w), 0u);
+  EXPECT_EQ(index.MappedEngineHashCount(w), 0u);
+  EXPECT_EQ(index.DistinctHashCount(), 0u);
+  (void)chain;
+}
+
+TEST(KvIndexBoundTest, AliasesOfRemovedBlocksArePurgedInStepsWhileRowsMove) {
+  Rng rng{43};
+  KvIndex index;
+  const TargetId w = index.AddTarget({"w", 0}, kBoundBlock);
+  const TargetId other = index.AddTarget({"other", 0}, kBoundBlock);
+  std::vector<TokenId> toks(50 * kBoundBlock);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<TokenId>(i + 7);
+  std::vector<BlockHash> first(50), second(50);
+  for (size_t i = 0; i < 50; ++i) {
+    first[i] = 1000 + i;
+    second[i] = 2000 + i;
+  }
+  ASSERT_EQ(index.ApplyStored(w, std::nullopt, first, toks, Tier::kDevice), StoreOutcome::kOk);
+  ASSERT_EQ(index.ApplyStored(w, std::nullopt, second, toks, Tier::kDevice), StoreOutcome::kOk);
+  EXPECT_EQ(index.MappedEngineHashCount(w), 100u);
+  // The blocks go through the first hashes; the second ones name rows the target no
+  // longer holds until the purge, which runs in steps while another target's inserts
+  // rebuild the row table (the rows may even be reused).
+  index.ApplyRemovedPart(w, first, Tier::kDevice);
+  EXPECT_EQ(index.BlockCount(w), 0u);
+  EXPECT_TRUE(index.HasPendingWork(w));
+  // A removal through a stale alias meanwhile drops nothing.
+  EXPECT_EQ(index.ApplyRemovedPart(w, std::vector<BlockHash>{2003}, Tier::kDevice).removed, 0u);
+  for (int i = 0; i < 40 && index.HasPendingWork(w); ++i) {
+    std::vector<BlockHash> h(64);
+    for (auto& x : h) x = rng.Next() | 1;
+    index.InsertRouterHashes(other, h, Tier::kDevice);
+    index.DoPendingWork(w, 3);
+  }
+  while (index.HasPendingWork(w)) index.DoPendingWork(w, 3);
+  EXPECT_EQ(index.MappedEngineHashCount(w), 0u);
+  EXPECT_EQ(index.BlockCount(other), index.DistinctHashCount());
+  // The target stores again: exact as ever.
+  ASSERT_EQ(index.ApplyStored(w, std::nullopt, second, toks, Tier::kDevice), StoreOutcome::kOk);
+  EXPECT_EQ(index.BlockCount(w), 50u);
+  EXPECT_EQ(index.MappedEngineHashCount(w), 50u);
+  // When nothing at all is held any more, pending entries go with the row table.
+  index.ApplyRemovedPart(w, std::vector<BlockHash>{1000}, Tier::kDevice);  // unknown now
+  index.ApplyStored(w, std::nullopt, first, toks, Tier::kDevice);          // aliases again
+  index.ApplyRemovedPart(w, second, Tier::kDevice);
+  EXPECT_TRUE(index.HasPendingWork(w));
+  index.RemoveTarget(other);  // entries == 0: the row table is freed
+  EXPECT_EQ(index.DistinctHashCount(), 0u);
+  while (index.HasPendingWork(w)) index.DoPendingWork(w, 5);
+  EXPECT_EQ(index.MappedEngineHashCount(w), 0u);
+  ASSERT_EQ(index.ApplyStored(w, std::nullopt, first, toks, Tier::kDevice), StoreOutcome::kOk);
+  EXPECT_EQ(index.BlockCount(w), 50u);
 }
 
 TEST(KvIndexBoundTest, LostRemovalsNeverGrowTheViewPastTheBound) {

@@ -164,15 +164,20 @@ class OpenTable {
   // `old_to_new` (when not null) gets, per old slot index, the new one (kNone for
   // slots that were not full) and true is returned.
   bool Reserve(size_t more, std::vector<uint32_t>* old_to_new) {
-    if (more <= growth_left_) return false;
+    if (!NeedsRebuild(more)) return false;
+    RebuildTo(ReserveCapacity(more), old_to_new);
+    return true;
+  }
+  // Whether Reserve(more) would rebuild, and the capacity it would rebuild to.
+  bool NeedsRebuild(size_t more) const { return more > growth_left_; }
+  size_t ReserveCapacity(size_t more) const {
     // Deleted slots used the room up while the keys still fit: rebuild at the same
     // capacity (a shrink would be followed by regrowth under churn) unless the table
     // is below 1/8 full.
     const size_t n = size_ + more;
     size_t cap = CapacityFor(n);
     if (cap < capacity_ && n >= capacity_ / 8) cap = capacity_;
-    RebuildTo(cap, old_to_new);
-    return true;
+    return cap;
   }
 
   // Sizes the table for `n` keys (at least size()) at kMinLoad and reinserts every
@@ -181,6 +186,12 @@ class OpenTable {
     RebuildTo(CapacityFor(std::max(n, size_)), old_to_new);
   }
   void RebuildTo(size_t cap, std::vector<uint32_t>* old_to_new) {
+    OpenTable fresh = Rebuilt(cap, old_to_new);
+    Swap(fresh);
+  }
+  // What RebuildTo(cap) makes, as a new table; this one is left as it is (so a
+  // writer can build it while readers still read this one).
+  OpenTable Rebuilt(size_t cap, std::vector<uint32_t>* old_to_new) const {
     if (cap > kMaxCapacity) std::abort();  // ~117M keys: far past any fleet
     OpenTable fresh;
     fresh.Allocate(cap);
@@ -190,7 +201,18 @@ class OpenTable {
       const uint32_t j = fresh.InsertNew(slots_[i]);
       if (old_to_new) (*old_to_new)[i] = j;
     }
-    Swap(fresh);
+    return fresh;
+  }
+  // A copy with every key in the same slot.
+  OpenTable Clone() const {
+    OpenTable copy;
+    if (capacity_ == 0) return copy;
+    copy.Allocate(capacity_);
+    std::memcpy(copy.ctrl_, ctrl_, capacity_ + kGroup);
+    std::memcpy(static_cast<void*>(copy.slots_), slots_, capacity_ * sizeof(Slot));
+    copy.size_ = size_;
+    copy.growth_left_ = growth_left_;
+    return copy;
   }
 
   // Frees everything.

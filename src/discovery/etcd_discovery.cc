@@ -8,6 +8,7 @@
 #include "discovery/backoff.h"
 #include "discovery/internal/str_cat.h"
 #include "discovery/worker_table.h"
+#include "log/rate_limited_log.h"
 
 namespace infera::discovery {
 
@@ -52,9 +53,13 @@ void EtcdDiscovery::Run(DiscoveryCallbacks callbacks) {
   WorkerTable table(std::move(callbacks));
   Backoff backoff(options_.backoff_initial_ms, options_.backoff_max_ms, options_.backoff_seed);
   const std::string& prefix = options_.prefix;
+  // One line per invalid record would let one writer of the prefix flood the log: a
+  // few per interval, then a summary (log/rate_limited_log.h).
+  log::RateLimitedLog limited;
   auto log_rejected = [&](const absl::Status& s) {
     rejected_record_count_.fetch_add(1);
-    spdlog::warn("etcd discovery: ignoring invalid worker record: {}", MessageOf(s));
+    limited.Warn("etcd discovery: invalid worker record",
+                 "etcd discovery: ignoring invalid worker record: {}", MessageOf(s));
   };
 
   while (!client_->cancelled()) {
@@ -87,6 +92,7 @@ void EtcdDiscovery::Run(DiscoveryCallbacks callbacks) {
             return absl::UnavailableError(
                 internal::Cat("watch cancelled by etcd: ", message.cancel_reason));
           }
+          limited.Flush();
           if (message.created) backoff.Reset();  // connected and in sync again
           for (const EtcdWatchEvent& event : message.events) {
             next_revision = std::max(next_revision, event.kv.mod_revision + 1);

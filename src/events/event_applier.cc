@@ -78,39 +78,100 @@ core::StoredKeys AttributeStoredKeys(const DecodedEvent& e, bool salted_traffic)
 ApplyStats ApplyEventBatch(core::KvIndex& index, core::TargetId id, const DecodedBatch& batch,
                            TargetApplyState& state) {
   ApplyStats stats;
+  BatchCursor cursor;
+  while (!ApplyEventBatchSlice(index, id, batch, state, cursor, SIZE_MAX, stats)) {
+  }
+  return stats;
+}
+
+bool ApplyEventBatchSlice(core::KvIndex& index, core::TargetId id, const DecodedBatch& batch,
+                          TargetApplyState& state, BatchCursor& cursor, size_t budget,
+                          ApplyStats& stats) {
+  budget = std::max<size_t>(budget, 1);
+  size_t used = 0;
   const size_t target_block_size = index.BlockSize(id);
-  for (size_t i = 0; i < batch.events.size(); ++i) {
-    const DecodedEvent& e = batch.events[i];
-    if (e.type == EventType::kCleared) {
-      index.ApplyCleared(id);
-      ++stats.cleared;
+  for (;;) {
+    const DecodedEvent* e =
+        cursor.event < batch.events.size() ? &batch.events[cursor.event] : nullptr;
+    // Deferred work first (the bound's sweep after a store, the purge after a
+    // removal), except between the pieces of one BlockRemoved: a purge is only needed
+    // before the target's next store.
+    const bool mid_removal = cursor.in_event && e->type == EventType::kRemoved;
+    if (!mid_removal && index.HasPendingWork(id)) {
+      if (used >= budget) return false;
+      used += index.DoPendingWork(id, budget - used);
+      continue;
+    }
+    if (e == nullptr) return true;
+    if (used >= budget) return false;
+    if (!cursor.in_event) {
+      if (e->type == EventType::kCleared) {
+        used += index.BlockCount(id) + 1;  // (a clear visits the view, synchronously)
+        index.ApplyCleared(id);
+        ++stats.cleared;
+        ++stats.events;
+        stats.last_clear_index = static_cast<int64_t>(cursor.event);
+        ++cursor.event;
+        continue;
+      }
+      ++used;
+      if (!AcceptGroup(*e, state)) {
+        ++stats.skipped_events;
+        ++cursor.event;
+        continue;
+      }
       ++stats.events;
-      stats.last_clear_index = static_cast<int64_t>(i);
-      continue;
+      if (e->type == EventType::kStored && e->block_size != 0 &&
+          e->block_size != target_block_size) {
+        stats.mismatched_block_size = e->block_size;
+        ++stats.block_size_mismatches;
+      }
+      cursor.in_event = true;
+      cursor.store = core::StoreCursor{};
+      cursor.removed = 0;
     }
-    if (!AcceptGroup(e, state)) {
-      ++stats.skipped_events;
+    const size_t room = budget - used;
+    if (e->type == EventType::kRemoved) {
+      const std::span<const core::BlockHash> hashes = batch.HashesOf(*e);
+      const size_t n = std::min(room, hashes.size() - cursor.removed);
+      stats.blocks_removed +=
+          index.ApplyRemovedPart(id, hashes.subspan(cursor.removed, n), e->tier).removed;
+      cursor.removed += n;
+      used += std::max<size_t>(n, 1);
+      if (cursor.removed == hashes.size()) {
+        cursor.in_event = false;
+        ++cursor.event;
+      }
       continue;
-    }
-    ++stats.events;
-    if (e.type == EventType::kRemoved) {
-      stats.blocks_removed += index.ApplyRemoved(id, batch.HashesOf(e), e.tier).removed;
-      continue;
-    }
-    if (e.block_size != 0 && e.block_size != target_block_size) {
-      stats.mismatched_block_size = e.block_size;
-      ++stats.block_size_mismatches;
     }
     std::optional<core::BlockHash> parent;
-    if (e.has_parent) parent = e.parent_hash;
-    const core::StoredKeys keys = AttributeStoredKeys(e, index.SaltedTraffic());
-    if (keys.adapter == core::kUnattributableKey || keys.salt == core::kUnattributableKey ||
-        keys.unattributable_from < e.hash_count) {
-      ++stats.unattributed_events;
+    if (e->has_parent) parent = e->parent_hash;
+    const bool first = cursor.store.parts == 0;
+    if (first) {
+      cursor.keys = AttributeStoredKeys(*e, index.SaltedTraffic());
+      const core::StoredKeys& keys = cursor.keys;
+      if (keys.adapter == core::kUnattributableKey || keys.salt == core::kUnattributableKey ||
+          keys.unattributable_from < e->hash_count) {
+        ++stats.unattributed_events;
+      }
     }
-    switch (index.ApplyStored(id, parent, batch.HashesOf(e), batch.TokensOf(e), e.tier, keys)) {
+    const size_t before = cursor.store.next_block;
+    const core::StoreOutcome outcome =
+        index.ApplyStoredPart(id, parent, batch.HashesOf(*e), batch.TokensOf(*e), e->tier,
+                              cursor.keys, cursor.store, room);
+    used += std::max<size_t>(cursor.store.next_block - before, 1);
+    if (cursor.store.done) {
+      cursor.in_event = false;
+      ++cursor.event;
+    }
+    if (!first) {
+      // The rest of the event hung below a block the bound evicted meanwhile.
+      if (outcome == core::StoreOutcome::kEvictedParent) ++stats.evicted_parents;
+      continue;
+    }
+    switch (outcome) {
       case core::StoreOutcome::kOk:
-        stats.blocks_stored += e.hash_count;
+        stats.blocks_stored += e->hash_count;
         break;
       case core::StoreOutcome::kUnknownParent:
         ++stats.unknown_parents;
@@ -118,7 +179,7 @@ ApplyStats ApplyEventBatch(core::KvIndex& index, core::TargetId id, const Decode
         break;
       case core::StoreOutcome::kCountMismatch:
         ++stats.count_mismatches;
-        stats.blocks_stored += e.hash_count;
+        stats.blocks_stored += e->hash_count;
         break;
       case core::StoreOutcome::kEvictedParent:
         // The parent may be a block the view's bound evicted: skipped, not a gap.
@@ -130,7 +191,6 @@ ApplyStats ApplyEventBatch(core::KvIndex& index, core::TargetId id, const Decode
         break;
     }
   }
-  return stats;
 }
 
 }  // namespace infera::events

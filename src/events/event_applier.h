@@ -58,4 +58,31 @@ core::StoredKeys AttributeStoredKeys(const DecodedEvent& e, bool salted_traffic)
 ApplyStats ApplyEventBatch(core::KvIndex& index, core::TargetId id, const DecodedBatch& batch,
                            TargetApplyState& state);
 
+// Where a batch applied in slices stands (ApplyEventBatchSlice). Start each batch with
+// a fresh cursor.
+struct BatchCursor {
+  size_t event = 0;         // the event being applied, or the next one
+  bool in_event = false;    // events[event] is partly applied
+  core::StoreCursor store;  // ... a BlockStored: its parts
+  size_t removed = 0;       // ... a BlockRemoved: its hashes applied so far
+  core::StoredKeys keys;    // ... a BlockStored: its hash keys (attributed once)
+};
+
+// Units of index work a router writer does per hold of the index lock: the blocks
+// stored or removed and the entries or rows visited by the index's deferred work
+// (doc/kv-events.md "Concurrency"). ~1 ms of work.
+inline constexpr size_t kDefaultSliceUnits = 4096;
+
+// Applies the batch from `cursor` on, doing about `budget` units of index work (at
+// least one; blocks stored or removed, entries or rows the index's pending work
+// visits: core::KvIndex "Bounded work"), and adds to `stats`. Returns true when the
+// batch is done: every event applied and the target's pending work finished. The
+// caller may release the index lock between two calls (readers then see the batch
+// partly applied, exactly as if the engine had sent it in several batches).
+// ApplyEventBatch is this with no limit. REQUIRES: between calls nothing else
+// writes to the target (other targets may be written).
+bool ApplyEventBatchSlice(core::KvIndex& index, core::TargetId id, const DecodedBatch& batch,
+                          TargetApplyState& state, BatchCursor& cursor, size_t budget,
+                          ApplyStats& stats);
+
 }  // namespace infera::events

@@ -111,6 +111,16 @@ struct DecodedBatch {
     hashes.clear();
     tokens.clear();
   }
+  // Frees the arrays when a big batch left them large: a stream keeps its scratch
+  // between batches, and one 64 MiB payload would otherwise pin ~300 MB of tokens.
+  void ReleaseIfLarge() {
+    constexpr size_t kKeepBytes = size_t{4} << 20;
+    if (tokens.capacity() * sizeof(core::TokenId) + hashes.capacity() * sizeof(core::BlockHash) +
+            events.capacity() * sizeof(DecodedEvent) >
+        kKeepBytes) {
+      *this = DecodedBatch();
+    }
+  }
 };
 
 // Decodes one payload into `out` (cleared first). On error `out` is left in an

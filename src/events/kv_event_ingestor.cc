@@ -47,7 +47,8 @@ KvEventIngestor::KvEventIngestor(SharedKvIndex& index, IngestorOptions options)
       ctx_(std::make_unique<zmq::context_t>(1)),
       index_mu_(index.mutex()),
       index_(index.index()),
-      applier_(index_mu_, index_, counters_) {
+      log_(options_.log_limit, options_.log_clock),
+      applier_(index_mu_, index_, counters_, log_, options_.slice_units) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -57,7 +58,8 @@ KvEventIngestor::KvEventIngestor(IngestorOptions options)
       owned_index_(std::make_unique<SharedKvIndex>()),
       index_mu_(owned_index_->mutex()),
       index_(owned_index_->index()),
-      applier_(index_mu_, index_, counters_) {
+      log_(options_.log_limit, options_.log_clock),
+      applier_(index_mu_, index_, counters_, log_, options_.slice_units) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -151,6 +153,7 @@ void KvEventIngestor::RunLoop() {
   enum class Kind : uint8_t { kMonitor, kSub, kReplay };
   std::vector<std::pair<Conn*, Kind>> item_conns;
   while (!stop_.load()) {
+    log_.Flush();  // summaries of suppressed lines whose interval ended
     DrainCommands(conns);
     items.clear();
     item_conns.clear();
@@ -285,8 +288,10 @@ void KvEventIngestor::HandleLive(Conn& c, uint64_t seq, const void* payload, siz
   if (c.replaying()) {
     c.held.push_back({seq, std::string(static_cast<const char*>(payload), size)});
     if (c.held.size() > options_.max_held_messages) {
-      spdlog::warn("kv events: {} replay abandoned: {} live messages arrived meanwhile",
-                   c.spec.key.ToString(), c.held.size());
+      const std::string name = c.spec.key.ToString();
+      log_.Warn("kv events: replay abandoned|" + name,
+                "kv events: {} replay abandoned: {} live messages arrived meanwhile", name,
+                c.held.size());
       FinishReplay(c, /*ok=*/false);
     }
     return;
@@ -306,8 +311,9 @@ void KvEventIngestor::Process(Conn& c, uint64_t seq, const void* payload, size_t
       // After a reconnect the stream does not continue where it stopped: the publisher
       // restarted (and its first messages went by before we reconnected) or we lost
       // messages across the outage. Either way our view may be stale: start over.
-      spdlog::info("kv events: {} reconnected at seq {} after {}: resync", c.spec.key.ToString(),
-                   seq, *c.seq.last());
+      const std::string name = c.spec.key.ToString();
+      log_.Info("kv events: reconnected|" + name,
+                "kv events: {} reconnected at seq {} after {}: resync", name, seq, *c.seq.last());
       counters_.restarts.fetch_add(1, std::memory_order_relaxed);
       Resync(c);
       c.seq.Reset();
@@ -321,8 +327,9 @@ void KvEventIngestor::Process(Conn& c, uint64_t seq, const void* payload, size_t
       counters_.dropped.fetch_add(1, std::memory_order_relaxed);
       break;
     case SequenceTracker::Class::kRestart:
-      spdlog::info("kv events: {} sequence restarted at 0 after {}: resync", c.spec.key.ToString(),
-                   *c.seq.last());
+      log_.Info("kv events: sequence restarted|" + c.spec.key.ToString(),
+                "kv events: {} sequence restarted at 0 after {}: resync", c.spec.key.ToString(),
+                *c.seq.last());
       counters_.restarts.fetch_add(1, std::memory_order_relaxed);
       Resync(c);
       c.seq.Reset();
@@ -393,7 +400,8 @@ void KvEventIngestor::StartReplay(Conn& c) {
         c.replay->send(zmq::buffer(start), zmq::send_flags::dontwait);
     if (!sent) FinishReplay(c, /*ok=*/false);
   } catch (const zmq::error_t& e) {
-    spdlog::warn("kv events: replay from {} failed: {}", c.spec.replay_endpoint, e.what());
+    log_.Warn("kv events: replay failed|" + c.spec.key.ToString(),
+              "kv events: replay from {} failed: {}", c.spec.replay_endpoint, e.what());
     FinishReplay(c, /*ok=*/false);
   }
 }
@@ -451,9 +459,9 @@ void KvEventIngestor::FinishReplay(Conn& c, bool ok) {
         options_.replay_backoff_max_ms,
         int64_t{options_.replay_backoff_initial_ms} << std::min(c.replay_failures_in_row - 1, 20));
     c.replay_retry_after = now + std::chrono::milliseconds(backoff_ms);
-    spdlog::warn("kv events: replay of {} from {} failed ({} in a row); no replay for {} ms",
-                 c.spec.key.ToString(), c.spec.replay_endpoint, c.replay_failures_in_row,
-                 backoff_ms);
+    log_.Warn("kv events: replay failed|" + c.spec.key.ToString(),
+              "kv events: replay of {} from {} failed ({} in a row); no replay for {} ms",
+              c.spec.key.ToString(), c.spec.replay_endpoint, c.replay_failures_in_row, backoff_ms);
   }
   std::deque<Conn::Held> held;
   held.swap(c.held);

@@ -75,6 +75,7 @@
 #include "events/shared_kv_index.h"
 #include "events/stream_applier.h"
 #include "events/writer_priority_mutex.h"
+#include "log/rate_limited_log.h"
 
 namespace zmq {
 class context_t;
@@ -107,6 +108,12 @@ struct IngestorOptions {
   // stream (warm restart, doc/nats-transport.md "Readiness"); Replaying() is true until
   // every such replay ended (done, failed or timed out).
   bool replay_on_add = false;
+  // Units of index work per hold of the index lock (event_applier.h).
+  size_t slice_units = kDefaultSliceUnits;
+  // Per-event log lines: at most a few per target and interval, then a summary
+  // (log/rate_limited_log.h); `log_clock` nullptr: the steady clock.
+  log::RateLimitOptions log_limit = {};
+  const core::Clock* log_clock = nullptr;
 };
 
 // What the ingestor knows of one target (admin views, tests).
@@ -195,6 +202,7 @@ class KvEventIngestor final : public KvEventSource {
   std::unique_ptr<SharedKvIndex> owned_index_;  // when constructed without an index
   WriterPriorityMutex& index_mu_;               // guards index_ and Conn::alive
   core::KvIndex& index_;
+  log::RateLimitedLog log_;
   StreamApplier applier_;
 
   mutable std::mutex registry_mu_;                         // guards registry_, commands_

@@ -12,7 +12,7 @@ NatsEventSource::NatsEventSource(SharedKvIndex& index, NatsSourceOptions options
     : options_(std::move(options)),
       index_mu_(index.mutex()),
       index_(index.index()),
-      applier_(index_mu_, index_, counters_) {
+      applier_(index_mu_, index_, counters_, log_) {
   NatsOptions nats = options_.nats;
   // After a reconnect libnats resets the ordered consumer itself (from the stream
   // sequence after the last one delivered). Draining it here at the same time raced
@@ -46,6 +46,7 @@ void NatsEventSource::Run() {
   std::unique_lock<std::mutex> lock(run_mu_);
   while (!stop_) {
     lock.unlock();
+    log_.Flush();  // summaries of suppressed lines whose interval ended
     if (sub_ == nullptr) Subscribe();
     if (!ready_.load() && std::chrono::steady_clock::now() - start >
                               std::chrono::milliseconds(options_.ready_timeout_ms)) {
@@ -155,8 +156,9 @@ void NatsEventSource::Handle(Target& t, uint64_t seq, std::span<const uint8_t> p
       counters_.dropped.fetch_add(1, std::memory_order_relaxed);
       return;
     case SequenceTracker::Class::kRestart:
-      spdlog::info("kv events: {} sequence restarted at 0 after {}: resync", t.spec.key.ToString(),
-                   *t.seq.last());
+      log_.Info("kv events: sequence restarted|" + t.spec.key.ToString(),
+                "kv events: {} sequence restarted at 0 after {}: resync", t.spec.key.ToString(),
+                *t.seq.last());
       counters_.restarts.fetch_add(1, std::memory_order_relaxed);
       applier_.Clear(t, t.ref());
       t.seq.Reset();
@@ -165,8 +167,9 @@ void NatsEventSource::Handle(Target& t, uint64_t seq, std::span<const uint8_t> p
       t.complete = false;  // the stream no longer holds the target's start
       break;
     case SequenceTracker::Class::kGap:
-      spdlog::info("kv events: {} gap in the stream ({} after {}): resync", t.spec.key.ToString(),
-                   seq, *t.seq.last());
+      log_.Info("kv events: gap|" + t.spec.key.ToString(),
+                "kv events: {} gap in the stream ({} after {}): resync", t.spec.key.ToString(), seq,
+                *t.seq.last());
       counters_.gaps.fetch_add(1, std::memory_order_relaxed);
       applier_.Clear(t, t.ref());
       break;

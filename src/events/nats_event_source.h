@@ -93,6 +93,7 @@ class NatsEventSource final : public KvEventSource {
   KvEventCounters counters_;
   WriterPriorityMutex& index_mu_;
   core::KvIndex& index_;
+  log::RateLimitedLog log_;  // per-message lines (restarts, gaps, bad batches)
   StreamApplier applier_;
 
   std::unique_ptr<NatsConnection> nc_;

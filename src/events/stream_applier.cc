@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 
 namespace infera::events {
@@ -14,8 +15,9 @@ bool StreamApplier::Apply(StreamState& s, const StreamTargetRef& target, uint64_
   absl::Status decoded = DecodeEventBatch(payload, s.scratch);
   if (!decoded.ok()) {
     counters_.decode_errors.fetch_add(1, std::memory_order_relaxed);
-    spdlog::warn("kv events: {} seq {}: {}", target.spec.key.ToString(), seq,
-                 std::string(decoded.message()));
+    const std::string name = target.spec.key.ToString();
+    log_.Warn("kv events: undecodable batch|" + name, "kv events: {} seq {}: {}", name, seq,
+              std::string(decoded.message()));
     return false;
   }
   // A batch names its DP rank (doc/data-parallel.md): one of another rank never goes
@@ -33,16 +35,31 @@ bool StreamApplier::Apply(StreamState& s, const StreamTargetRef& target, uint64_
   const bool was_complete = s.complete || stream_start;
   ApplyStats stats;
   bool inconsistent = false;
-  {
+  // In slices: the lock is released between two, so a reader waits for one slice at
+  // most, never for a whole batch (a 1.1M-block batch held it for seconds).
+  BatchCursor cursor;
+  for (bool done = false; !done;) {
+    // A table the slice would have to grow is rebuilt first under the shared lock
+    // (readers go on), then swapped in (core::KvIndex::PrepareGrowth).
+    core::GrowthPlan growth;
+    {
+      std::shared_lock<WriterPriorityMutex> lock(mu_);
+      if (!target.alive) return true;
+      growth = index_.PrepareGrowth(target.id, slice_units_);
+    }
     std::unique_lock<WriterPriorityMutex> lock(mu_);
     if (!target.alive) return true;
-    stats = ApplyEventBatch(index_, target.id, s.scratch, s.apply_state);
+    if (!growth.empty()) index_.InstallGrowth(growth);
+    done = ApplyEventBatchSlice(index_, target.id, s.scratch, s.apply_state, cursor, slice_units_,
+                                stats);
+    if (!done) continue;
     // A parent the view must know (it saw the whole stream) but does not: events were
     // lost somewhere. Not when block sizes differ: then parents are never mapped.
     inconsistent = stats.unknown_parents > 0 && was_complete && !s.block_size_mismatch &&
                    stats.block_size_mismatches == 0;
     if (inconsistent) index_.ApplyCleared(target.id);
   }
+  s.scratch.ReleaseIfLarge();
   counters_.batches.fetch_add(1, std::memory_order_relaxed);
   counters_.events.fetch_add(stats.events, std::memory_order_relaxed);
   counters_.skipped_events.fetch_add(stats.skipped_events, std::memory_order_relaxed);

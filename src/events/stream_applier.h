@@ -8,10 +8,13 @@
 //     partly applied: the caller resyncs),
 //   - skips a batch whose DP rank is another than the target's (logged once),
 //   - applies it under the index's exclusive lock unless the target is gone (`alive`,
-//     guarded by the same lock, is false),
+//     guarded by the same lock, is false), in slices of `slice_units` units of index
+//     work: the lock is released between slices, so readers never wait for more than
+//     one slice of a big batch (doc/kv-events.md "Concurrency"),
 //   - clears the view when a BlockStored names a parent a complete view must know,
 //   - keeps `complete`: true after the stream's seq 0 or an AllBlocksCleared.
-// Clear() empties the view (a resync) and marks it incomplete.
+// Clear() empties the view (a resync) and marks it incomplete. Per-batch warnings go
+// through the source's RateLimitedLog (a malformed publisher cannot flood the log).
 //
 // Thread-safety: a StreamState belongs to one thread at a time; the index is guarded by
 // `mu` as SharedKvIndex documents.
@@ -27,6 +30,7 @@
 #include "events/kv_event_source.h"
 #include "events/sequence_tracker.h"
 #include "events/writer_priority_mutex.h"
+#include "log/rate_limited_log.h"
 
 namespace infera::events {
 
@@ -48,9 +52,10 @@ struct StreamTargetRef {
 
 class StreamApplier {
  public:
-  // REQUIRES: every reference outlives the applier.
-  StreamApplier(WriterPriorityMutex& mu, core::KvIndex& index, KvEventCounters& counters)
-      : mu_(mu), index_(index), counters_(counters) {}
+  // REQUIRES: every reference outlives the applier; slice_units > 0.
+  StreamApplier(WriterPriorityMutex& mu, core::KvIndex& index, KvEventCounters& counters,
+                log::RateLimitedLog& log, size_t slice_units = kDefaultSliceUnits)
+      : mu_(mu), index_(index), counters_(counters), log_(log), slice_units_(slice_units) {}
 
   // Returns false when the payload does not decode (the caller resyncs).
   bool Apply(StreamState& s, const StreamTargetRef& target, uint64_t seq,
@@ -61,6 +66,8 @@ class StreamApplier {
   WriterPriorityMutex& mu_;
   core::KvIndex& index_;
   KvEventCounters& counters_;
+  log::RateLimitedLog& log_;
+  const size_t slice_units_;
 };
 
 }  // namespace infera::events
