@@ -48,6 +48,9 @@ struct WorkerRecord {
   // cache_config.num_gpu_blocks; Dynamo publishes it as total_kv_blocks); 0: unknown.
   // Bounds the router's view of each rank (doc/index.md "Bounded views").
   uint32_t num_gpu_blocks = 0;
+  // How the router reaches the worker (Infera's field): "http" (POST to url) or "nats"
+  // (publish to infera.req.<base64url(worker_id)>; doc/nats-request-transport.md).
+  std::string request_transport = "http";
 
   friend bool operator==(const WorkerRecord&, const WorkerRecord&) = default;
 };
@@ -69,7 +72,8 @@ absl::StatusOr<WorkerRecord> ParseWorkerRecord(std::string_view json_text);
 absl::StatusOr<WorkerRecord> WorkerRecordFromJson(const nlohmann::json& value);
 
 // The canonical JSON of a record; ParseWorkerRecord(SerializeWorkerRecord(r)) == r
-// for every valid r. kv_replay_endpoint is omitted when empty, num_gpu_blocks when 0.
+// for every valid r. kv_replay_endpoint is omitted when empty, num_gpu_blocks when 0,
+// request_transport when "http".
 nlohmann::json WorkerRecordToJson(const WorkerRecord& record);
 std::string SerializeWorkerRecord(const WorkerRecord& record);
 
