@@ -17,8 +17,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "events/kv_event_source.h"
 #include "events/shared_kv_index.h"
@@ -45,6 +47,11 @@ class AdminViews {
   // --router-replica-sync: its metrics and the remote load gauges. REQUIRES: outlives
   // the views; set before serving.
   void set_replica_sync(const ReplicaSync* sync) { replica_ = sync; }
+  // More families for /metrics (the NATS request transport's). REQUIRES: what `render`
+  // reads outlives the views; added before serving.
+  void add_metrics(std::function<void(std::string&)> render) {
+    more_metrics_.push_back(std::move(render));
+  }
 
   // 503 while starting (the KV-event source replays), else 200.
   int HealthStatus() const;
@@ -73,6 +80,7 @@ class AdminViews {
   const RouterMetrics& metrics_;
   const bool ready_after_replay_;
   const ReplicaSync* replica_ = nullptr;
+  std::vector<std::function<void(std::string&)>> more_metrics_;
 };
 
 }  // namespace infera::router

@@ -15,6 +15,7 @@
 #include "router/request_pipeline.h"
 #include "router/router_metrics.h"
 #include "router/steady_clock.h"
+#include "router/transport_upstream.h"
 #include "router/worker_set.h"
 #include "spdlog/spdlog.h"
 
@@ -88,8 +89,17 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
       PromptEncoderOptions{.max_tokenize_bytes = options_.max_tokenize_bytes,
                            .threads = options_.tokenize_threads},
       *metrics_);
-  upstream_ = env.upstream ? env.upstream(*pool_, *clock_)
-                           : std::make_unique<HttpUpstream>(*pool_, *clock_);
+  if (env.upstream) {
+    upstream_ = env.upstream(*pool_, *clock_);
+  } else {
+    std::unique_ptr<NatsUpstream> nats;
+    if (options_.nats_requests) {
+      nats = std::make_unique<NatsUpstream>(*options_.nats_requests, *clock_);
+      nats_ = nats.get();
+    }
+    upstream_ = std::make_unique<TransportUpstream>(std::make_unique<HttpUpstream>(*pool_, *clock_),
+                                                    std::move(nats));
+  }
   parity_ = std::make_unique<RenderParityProber>(options_.render_parity, *pool_, *upstream_,
                                                  *clock_, *workers_, *metrics_);
   workers_->set_on_added([parity = parity_.get()](std::shared_ptr<const FleetWorker> w) {
@@ -110,6 +120,9 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     planner_->set_on_plan([sync = replica_.get()] { sync->NotifyPlan(); });
     views_->set_replica_sync(replica_.get());
   }
+  if (nats_ != nullptr) {
+    views_->add_metrics([nats = nats_](std::string& out) { nats->RenderMetrics(out); });
+  }
   ids_ = std::make_unique<RequestIds>(SaltFrom(env.seed));
   front_ = std::make_unique<ApiFront>(*pipeline_, *views_, *ids_);
 }
@@ -125,6 +138,9 @@ absl::Status Router::Start() {
   parity_->Start(encoder_->RenderProbe());
   if (replica_) {
     if (absl::Status s = replica_->Start(); !s.ok()) return s;
+  }
+  if (nats_ != nullptr) {
+    if (absl::Status s = nats_->Start(); !s.ok()) return s;
   }
   http::ServerOptions sopt = options_.server;
   sopt.error_body = &ApiFront::ServerErrorBody;
