@@ -436,6 +436,36 @@ def case_faults(procs, nats_port, nats_url):
             pass
     check(heard == inbox, "client gone: the worker was told to cancel this request")
 
+    # A client that stops reading while the worker keeps sending (NATS has no
+    # back-pressure): the router holds at most 8 MiB of the answer, drops the rest and
+    # fails the request; the client leaves: the worker hears a cancel.
+    port = int(base.rsplit(":", 1)[1])
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect(("127.0.0.1", port))
+    payload = json.dumps(sbody).encode()
+    slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+    inbox, _ = fake.request()
+    late = metric_value(base, "infera_router_nats_late_frames_total")
+    event = b'data: {"pad": "' + b"x" * 100_000 + b'"}\n\n'
+    for _ in range(320):  # 32 MB: past every socket buffer and the 8 MiB bound
+        fake.frame(inbox, "data", event)
+    fake.peer.flush()
+    poll(lambda: metric_value(base, "infera_router_nats_late_frames_total") > late,
+         "past the bound the router dropped the worker's frames instead of holding them")
+    held_bytes = metric_value(base, "infera_router_nats_buffered_bytes")
+    check(held_bytes <= 8 << 20, f"reply bytes held for readers: {held_bytes:.0f} (<= 8 MiB)")
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    slow.close()
+    deadline, heard = time.time() + 10, False
+    while not heard and time.time() < deadline:  # (the last request's resends may come first)
+        try:
+            heard = fake.cancels.get(timeout=0.5).data.decode() == inbox
+        except queue.Empty:
+            pass
+    check(heard, "the slow client gone: the worker was told to cancel")
+
     # An error frame before any data: 502 (nothing reached the client, no one else).
     join = in_thread(lambda: post(base, "/v1/completions", body))
     inbox, _ = fake.request()
