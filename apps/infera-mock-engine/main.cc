@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <random>
 
 #include "discovery/etcd_registrar.h"
@@ -14,6 +16,8 @@
 #include "prompt_tokenizer.h"
 #include "sim/engine_flags.h"
 #include "sim/kv_transfer.h"
+#include "transport/nats_request_flags.h"
+#include "transport/nats_request_server.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"infera-mock-engine: a simulated vLLM/SGLang worker"};
@@ -95,6 +99,17 @@ int main(int argc, char** argv) {
                  "fault: exit(3) after serving this many generation requests");
   app.add_option("--seed", runner_options.seed, "seed of the fault injection");
   app.add_option("--io-threads", io_threads, "HTTP event loops")->check(CLI::Range(1, 64));
+  std::string request_transport = "http", nats_url = "nats://127.0.0.1:4222";
+  app.add_option("--request-transport", request_transport,
+                 "http | nats: also serve requests from NATS subject infera.req.<base64url("
+                 "<advertise-host>:<port>)> through the NATS request server infera-register "
+                 "runs (doc/nats-request-transport.md)")
+      ->check(CLI::IsMember({"http", "nats"}))
+      ->capture_default_str();
+  app.add_option("--nats-server", nats_url, "NATS server URL(s) for --request-transport nats")
+      ->capture_default_str();
+  infera::transport::NatsRequestFlags nats_request_flags;
+  nats_request_flags.Add(app, infera::transport::NatsRequestFlags::Side::kWorker);
   CLI11_PARSE(app, argc, argv);
   if ((role == "mixed") != pd_protocol.empty()) {
     std::fprintf(stderr, "infera-mock-engine: --role %s %s --pd-protocol\n", role.c_str(),
@@ -198,6 +213,35 @@ int main(int argc, char** argv) {
   std::printf("\n");
   std::fflush(stdout);
 
+  // --request-transport nats: the same NATS request server as infera-register's sidecar,
+  // proxying to this engine's own HTTP listener.
+  std::unique_ptr<infera::transport::NatsRequestServer> nats_requests;
+  if (request_transport == "nats") {
+    auto timeouts = nats_request_flags.Resolve();
+    if (!timeouts.ok()) {
+      std::fprintf(stderr, "infera-mock-engine: %s\n",
+                   std::string(timeouts.status().message()).c_str());
+      server.Shutdown();
+      pool.Stop();
+      return 2;
+    }
+    infera::transport::NatsRequestServerOptions nats_options;
+    nats_options.worker_id = advertise_host + ":" + std::to_string(server.port());
+    nats_options.engine.host = host == "0.0.0.0" || host.empty() ? "127.0.0.1" : host;
+    nats_options.engine.port = server.port();
+    nats_options.nats_url = nats_url;
+    nats_options.idle_timeout_ms = timeouts->idle_timeout_ms;
+    nats_options.max_duration_ms = timeouts->max_duration_ms;
+    nats_requests = std::make_unique<infera::transport::NatsRequestServer>(nats_options, pool);
+    if (absl::Status s = nats_requests->Start(); !s.ok()) {
+      std::fprintf(stderr, "infera-mock-engine: %s\n", std::string(s.message()).c_str());
+      nats_requests.reset();
+      server.Shutdown();
+      pool.Stop();
+      return 2;
+    }
+  }
+
   std::unique_ptr<infera::discovery::EtcdRegistrar> registrar;
   if (!etcd_endpoint.empty()) {
     auto with_host = [&](const std::string& bound) {
@@ -227,6 +271,7 @@ int main(int argc, char** argv) {
     record.kv_block_size = static_cast<uint32_t>(runner_options.engine.block_size);
     record.dp_size = runner_options.dp_size;
     record.num_gpu_blocks = static_cast<uint32_t>(runner_options.engine.num_gpu_blocks);
+    record.request_transport = request_transport;
     infera::discovery::EtcdRegistrarOptions etcd_options;
     etcd_options.client.endpoints = etcd_endpoint;
     auto created = infera::discovery::EtcdRegistrar::Create(record, etcd_options);
@@ -244,6 +289,7 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&signals, &sig);
   if (registrar) (void)registrar->Stop();
+  if (nats_requests) nats_requests->Stop();
   if (bootstrap) bootstrap->Shutdown();
   server.Shutdown();
   pool.Stop();

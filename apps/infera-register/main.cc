@@ -3,13 +3,16 @@
 // it on SIGTERM/SIGINT (exit 0); with --k8s it writes the record into its own Pod's
 // annotation instead (and removes it on SIGTERM). See doc/discovery.md. With
 // --kv-relay nats it also relays the engine's ZMQ KV events to NATS JetStream
-// (doc/nats-transport.md).
+// (doc/nats-transport.md). With --request-transport nats it serves the worker's NATS
+// request subject by proxying to the engine's HTTP (Infera's NatsRequestServer;
+// doc/nats-request-transport.md) and registers request_transport "nats".
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "discovery/discovery_factory.h"
 #include "discovery/etcd_registrar.h"
@@ -17,7 +20,11 @@
 #include "discovery/worker_record.h"
 #include "events/nats_relay.h"
 #include "events/publisher.h"
+#include "http/io_pool.h"
+#include "http/url.h"
 #include "nlohmann/json.hpp"
+#include "transport/nats_request_flags.h"
+#include "transport/nats_request_server.h"
 
 namespace {
 
@@ -80,7 +87,23 @@ int main(int argc, char** argv) {
   app.add_option("--kv-relay", kv_relay,
                  "none | nats: republish the engine's ZMQ KV events to NATS JetStream")
       ->capture_default_str();
-  app.add_option("--nats-server", relay_options.nats.url, "NATS server URL(s), nats://host:port")
+  CLI::Option* nats_flag =
+      app.add_option("--nats-server", relay_options.nats.url,
+                     "NATS server URL(s), nats://host:port (without the flag: env NATS_SERVER)")
+          ->capture_default_str();
+  std::string request_transport = "http";
+  double drain_s = 30;
+  app.add_option("--request-transport", request_transport,
+                 "http | nats: also serve this worker's NATS subject infera.req.<base64url("
+                 "worker_id)> by proxying each request to --url (Infera's NatsRequestServer) "
+                 "and register request_transport nats")
+      ->capture_default_str();
+  infera::transport::NatsRequestFlags nats_request_flags;
+  nats_request_flags.Add(app, infera::transport::NatsRequestFlags::Side::kWorker);
+  app.add_option("--drain-timeout", drain_s,
+                 "--request-transport nats: on SIGTERM, after deregistering, let requests in "
+                 "flight finish this many seconds before cancelling them")
+      ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   app.add_option("--nats-stream-max-bytes", relay_options.limits.max_bytes,
                  "Size limit of stream INFERA_KV_EVENTS when the relay creates it (oldest "
@@ -92,7 +115,8 @@ int main(int argc, char** argv) {
   app.add_option("--kv-events-topic", kv_events_topic,
                  "ZMQ subscription topic prefix of the relay (empty: all)");
   app.add_flag("--relay-only", relay_only,
-               "Relay KV events only; register nothing in etcd (static discovery)");
+               "Relay KV events (--kv-relay nats) and/or serve NATS requests "
+               "(--request-transport nats) only; register nothing (static discovery)");
   bool k8s = false;
   infera::discovery::DiscoveryConfig k8s_config;  // the client flags the router takes too
   infera::discovery::KubeRegistrarOptions k8s_options;
@@ -121,6 +145,11 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;  // --help exits 0; every flag error exits 2
   }
   spdlog::set_level(spdlog::level::from_str(log_level));
+  if (nats_flag->count() == 0) {
+    if (const char* env = std::getenv("NATS_SERVER"); env != nullptr && *env != '\0') {
+      relay_options.nats.url = env;
+    }
+  }
 
   absl::StatusOr<WorkerRecord> record;
   if (!record_json.empty()) {
@@ -166,10 +195,60 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "infera-register: --kv-relay must be none or nats\n");
     return 2;
   }
-  if (relay_only && kv_relay == "none") {
-    std::fprintf(stderr, "infera-register: --relay-only needs --kv-relay nats\n");
+  if (request_transport != "http" && request_transport != "nats") {
+    std::fprintf(stderr, "infera-register: --request-transport must be http or nats\n");
     return 2;
   }
+  if (relay_only && kv_relay == "none" && request_transport == "http") {
+    std::fprintf(stderr,
+                 "infera-register: --relay-only needs --kv-relay nats or --request-transport "
+                 "nats\n");
+    return 2;
+  }
+  if (record->request_transport == "nats" && request_transport != "nats") {
+    std::fprintf(stderr,
+                 "infera-register: the record says request_transport nats: serve it with "
+                 "--request-transport nats\n");
+    return 2;
+  }
+  // --request-transport nats: the worker's NATS subject, served on a loop of our own.
+  std::unique_ptr<infera::http::IoPool> pool;
+  std::unique_ptr<infera::transport::NatsRequestServer> requests;
+  const int64_t drain_ms = static_cast<int64_t>(drain_s * 1000);
+  if (request_transport == "nats") {
+    record->request_transport = "nats";
+    auto timeouts = nats_request_flags.Resolve();
+    auto engine = infera::http::ParseHttpUrl(record->url);
+    for (const absl::Status& s : {timeouts.status(), engine.status()}) {
+      if (!s.ok()) {
+        std::fprintf(stderr, "infera-register: %s\n", Message(s).c_str());
+        return 2;
+      }
+    }
+    infera::transport::NatsRequestServerOptions server_options;
+    server_options.worker_id = record->worker_id;
+    server_options.engine = *engine;
+    server_options.nats_url = relay_options.nats.url;
+    server_options.idle_timeout_ms = timeouts->idle_timeout_ms;
+    server_options.max_duration_ms = timeouts->max_duration_ms;
+    if (absl::Status s = infera::transport::ValidateNatsRequestServerOptions(server_options);
+        !s.ok()) {
+      std::fprintf(stderr, "infera-register: %s\n", Message(s).c_str());
+      return 2;
+    }
+    pool = std::make_unique<infera::http::IoPool>(1);
+    pool->Start();
+    requests = std::make_unique<infera::transport::NatsRequestServer>(server_options, *pool);
+    if (absl::Status s = requests->Start(); !s.ok()) {
+      std::fprintf(stderr, "infera-register: %s\n", Message(s).c_str());
+      return 2;
+    }
+  }
+  // After deregistering (no new work arrives): drain the NATS requests in flight.
+  auto stop_serving = [&] {
+    if (requests) requests->Stop(drain_ms);
+    if (pool) pool->Stop();
+  };
   std::unique_ptr<infera::events::NatsRelay> relay;
   if (kv_relay == "nats") {
     if (record->kv_events_endpoint.empty()) {
@@ -225,6 +304,7 @@ int main(int argc, char** argv) {
     if (relay) relay->Stop();
     spdlog::info("infera-register: signal {}, removing the annotation", signal_number);
     if (absl::Status s = kube->Stop(); !s.ok()) spdlog::warn("infera-register: {}", Message(s));
+    stop_serving();
     return 0;
   }
   std::unique_ptr<EtcdRegistrar> registrar;
@@ -243,9 +323,11 @@ int main(int argc, char** argv) {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   if (relay) relay->Stop();
-  if (!registrar) return 0;
-  spdlog::info("infera-register: signal {}, revoking", signal_number);
-  absl::Status revoked = registrar->Stop();
-  if (!revoked.ok()) spdlog::warn("infera-register: {}", Message(revoked));
+  if (registrar) {
+    spdlog::info("infera-register: signal {}, revoking", signal_number);
+    absl::Status revoked = registrar->Stop();
+    if (!revoked.ok()) spdlog::warn("infera-register: {}", Message(revoked));
+  }
+  stop_serving();
   return 0;
 }

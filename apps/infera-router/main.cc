@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include "discovery/discovery_factory.h"
@@ -20,6 +21,7 @@
 #include "spdlog/spdlog.h"
 #include "template/render_command.h"
 #include "tokenizer/model_path.h"
+#include "transport/nats_request_flags.h"
 
 namespace {
 
@@ -167,8 +169,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI::Option* nats_flag =
       app.add_option("--nats-server", opt.nats_server,
-                     "NATS server URL(s) for --kv-event-transport nats and --router-replica-sync "
-                     "(without the flag: env NATS_SERVER)")
+                     "NATS server URL(s) for --kv-event-transport nats, --request-transport nats "
+                     "and --router-replica-sync (without the flag: env NATS_SERVER)")
           ->capture_default_str();
   bool replica_sync = false;
   infera::router::ReplicaSyncOptions replica;
@@ -206,8 +208,17 @@ int main(int argc, char** argv) {
                      "Bound of each target's cache view in blocks, oldest evicted first (0: none; "
                      "default: 1.25 x the worker record's num_gpu_blocks, else 1048576)");
   app.add_option("--request-transport", request_transport,
-                 "http (nats, Infera's NATS request transport, is not built yet)")
+                 "http | nats: with nats, workers whose record says request_transport nats get "
+                 "their requests over NATS (--nats-server; infera-register --request-transport "
+                 "nats serves them), the others over HTTP")
       ->capture_default_str();
+  infera::transport::NatsRequestFlags nats_request_flags;
+  nats_request_flags.Add(app, infera::transport::NatsRequestFlags::Side::kRouter);
+  int64_t nats_max_pending = 0;
+  CLI::Option* nats_pending_flag =
+      app.add_option("--nats-req-max-pending", nats_max_pending,
+                     "Infera's JetStream admission throttle: only 0 (off) is supported (env "
+                     "INFERA_NATS_REQ_MAX_PENDING)");
   app.add_option("--request-timeout-ms", opt.request_timeout_ms, "Per-request upstream deadline")
       ->capture_default_str();
   app.add_option("--max-attempts", opt.max_attempts,
@@ -431,16 +442,36 @@ int main(int argc, char** argv) {
     return 2;
   }
   opt.render_parity.interval_ns = static_cast<int64_t>(parity_interval_s * 1e9);
-  if (request_transport == "nats") {
-    spdlog::error(
-        "--request-transport nats (Infera's NATS request transport) is not built yet (issue 26); "
-        "use --request-transport http, which every worker serves");
+  if (request_transport != "http" && request_transport != "nats") {
+    spdlog::error("--request-transport must be http or nats, got '{}'", request_transport);
     return 2;
   }
-  if (request_transport != "http") {
-    spdlog::error("--request-transport must be http (nats: not built yet, issue 26), got '{}'",
-                  request_transport);
+  auto nats_timeouts = nats_request_flags.Resolve();
+  if (!nats_timeouts.ok()) {
+    spdlog::error("{}", std::string(nats_timeouts.status().message()));
     return 2;
+  }
+  if (nats_pending_flag->count() == 0) {
+    if (const char* v = std::getenv("INFERA_NATS_REQ_MAX_PENDING"); v != nullptr && *v != '\0') {
+      nats_max_pending = std::strcmp(v, "0") == 0 ? 0 : 1;
+    }
+  }
+  if (nats_max_pending != 0) {
+    spdlog::error(
+        "--nats-req-max-pending (INFERA_NATS_REQ_MAX_PENDING): Infera's JetStream admission "
+        "throttle is not supported by this router; only 0 (off, core NATS) is");
+    return 2;
+  }
+  if (request_transport == "nats") {
+    infera::router::NatsUpstreamOptions nats_requests;
+    nats_requests.nats_url = opt.nats_server;
+    nats_requests.idle_timeout_ms = nats_timeouts->idle_timeout_ms;
+    nats_requests.max_duration_ms = nats_timeouts->max_duration_ms;
+    if (absl::Status s = infera::router::ValidateNatsUpstreamOptions(nats_requests); !s.ok()) {
+      spdlog::error("{}", std::string(s.message()));
+      return 2;
+    }
+    opt.nats_requests = nats_requests;
   }
   if (port < 0 || port > 65535) {
     spdlog::error("--port out of range");

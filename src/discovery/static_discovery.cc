@@ -16,7 +16,8 @@ using internal::MessageOf;
 using nlohmann::json;
 
 constexpr std::string_view kStringKeys[] = {
-    "worker_id", "model_name", "engine", "disagg_mode", "kv_events_endpoint", "kv_replay_endpoint"};
+    "worker_id",          "model_name",         "engine",           "disagg_mode",
+    "kv_events_endpoint", "kv_replay_endpoint", "request_transport"};
 constexpr std::string_view kIntKeys[] = {"kv_block_size", "dp_rank", "dp_size", "num_gpu_blocks"};
 
 bool IsOneOf(std::string_view key, auto& keys) {

@@ -182,6 +182,11 @@ absl::StatusOr<WorkerRecord> WorkerRecordFromJson(const json& obj) {
       r.lora_adapters.push_back(name.get<std::string>());
     }
   }
+  if (auto s = ReadString(obj, "request_transport", &r.request_transport); !s.ok()) return s;
+  if (r.request_transport != "http" && r.request_transport != "nats") {
+    return FieldError("request_transport",
+                      Cat("must be http or nats, got '", r.request_transport, "'"));
+  }
   return r;
 }
 
@@ -213,6 +218,7 @@ json WorkerRecordToJson(const WorkerRecord& r) {
   if (!r.kv_replay_endpoint.empty()) out["kv_replay_endpoint"] = r.kv_replay_endpoint;
   if (r.num_gpu_blocks > 0) out["num_gpu_blocks"] = r.num_gpu_blocks;
   if (!r.lora_adapters.empty()) out["lora_adapters"] = r.lora_adapters;
+  if (r.request_transport != "http") out["request_transport"] = r.request_transport;
   return out;
 }
 

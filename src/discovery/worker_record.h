@@ -55,6 +55,9 @@ struct WorkerRecord {
   // blocks hash with the adapter (doc/hashing.md "Extra keys"). Not in Infera's
   // record; absent: none.
   std::vector<std::string> lora_adapters{};
+  // How the router reaches the worker (Infera's field): "http" (POST to url) or "nats"
+  // (publish to infera.req.<base64url(worker_id)>; doc/nats-request-transport.md).
+  std::string request_transport = "http";
 
   friend bool operator==(const WorkerRecord&, const WorkerRecord&) = default;
 };
@@ -80,7 +83,7 @@ absl::StatusOr<WorkerRecord> WorkerRecordFromJson(const nlohmann::json& value);
 
 // The canonical JSON of a record; ParseWorkerRecord(SerializeWorkerRecord(r)) == r
 // for every valid r. kv_replay_endpoint is omitted when empty, num_gpu_blocks when 0,
-// lora_adapters when empty.
+// lora_adapters when empty, request_transport when "http".
 nlohmann::json WorkerRecordToJson(const WorkerRecord& record);
 std::string SerializeWorkerRecord(const WorkerRecord& record);
 

@@ -54,6 +54,21 @@ TEST(WorkerRecordTest, DefaultsWhenOptionalFieldsAbsentOrNull) {
   EXPECT_EQ(r->dp_size, 1u);
   EXPECT_EQ(r->num_gpu_blocks, 0u);  // unknown
   EXPECT_TRUE(r->kv_replay_endpoint.empty());
+  EXPECT_EQ(r->request_transport, "http");  // Infera's default
+}
+
+// Infera's request_transport: "nats" round-trips; "http" is the default and omitted.
+TEST(WorkerRecordTest, RequestTransport) {
+  auto r = ParseWorkerRecord(R"({"url": "http://h:1", "request_transport": "nats"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request_transport, "nats");
+  auto j = WorkerRecordToJson(*r);
+  EXPECT_EQ(j["request_transport"], "nats");
+  auto back = WorkerRecordFromJson(j);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, *r);
+  r->request_transport = "http";
+  EXPECT_FALSE(WorkerRecordToJson(*r).contains("request_transport"));
 }
 
 TEST(WorkerRecordTest, RoundTrips) {
@@ -136,7 +151,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"url": "http://h:1", "dp_rank": 4095, "dp_size": 2})", "dp_rank + dp_size"},
         BadCase{R"({"url": "http://h:1", "lora_adapters": "a"})", "'lora_adapters'"},
         BadCase{R"({"url": "http://h:1", "lora_adapters": ["a", ""]})", "non-empty strings"},
-        BadCase{R"({"url": "http://h:1", "lora_adapters": [1]})", "non-empty strings"}));
+        BadCase{R"({"url": "http://h:1", "lora_adapters": [1]})", "non-empty strings"},
+        BadCase{R"({"url": "http://h:1", "request_transport": "grpc"})", "'request_transport'"},
+        BadCase{R"({"url": "http://h:1", "request_transport": 1})", "'request_transport'"}));
 
 TEST(WorkerRecordTest, LoraAdaptersRoundTrip) {
   auto r = ParseWorkerRecord(R"({"url": "http://h:1", "lora_adapters": ["sql-lora", "b"]})");

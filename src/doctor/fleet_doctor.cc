@@ -20,6 +20,7 @@
 #include "http/io_pool.h"
 #include "http/url.h"
 #include "router/prompt_encoder.h"
+#include "router/work_pool.h"
 #include "router/render_parity.h"
 #include "router/router_metrics.h"
 
@@ -200,6 +201,7 @@ struct FleetDoctor::Impl {
   bool router_checked = false;
   std::optional<router::ProbeRendering> rendering;
   std::unique_ptr<router::RouterMetrics> metrics;
+  std::unique_ptr<router::WorkPool> work_pool;  // (declared before the encoder using it)
   std::unique_ptr<router::PromptEncoder> encoder;
   bool fingerprints_loaded = false;
   std::string fingerprints_error;
@@ -234,9 +236,9 @@ std::vector<CheckResult> FleetDoctor::CheckRouter() {
     return out;
   }
   m.metrics = std::make_unique<router::RouterMetrics>(core::Policy::kKvAware);
-  router::PromptEncoderOptions encoder_options;
-  encoder_options.threads = 1;
-  m.encoder = std::make_unique<router::PromptEncoder>(encoder_options, *m.metrics);
+  m.work_pool = std::make_unique<router::WorkPool>(1);
+  m.encoder = std::make_unique<router::PromptEncoder>(router::PromptEncoderOptions{}, *m.metrics,
+                                                      *m.work_pool);
   if (absl::Status s = m.encoder->Load(m.options.tokenizer_path); !s.ok()) {
     tok.verdict = Verdict::kFail;
     tok.detail = "cannot load " + m.options.tokenizer_path + ": " + std::string(s.message());

@@ -50,6 +50,11 @@ absl::StatusOr<std::unique_ptr<NatsConnection>> NatsConnection::Connect(NatsOpti
     s = natsOptions_SetRetryOnFailedConnect(opts, true, &NatsConnection::OnReconnected, c.get());
   }
   if (s == NATS_OK) s = natsOptions_SetReconnectedCB(opts, &NatsConnection::OnReconnected, c.get());
+  if (s == NATS_OK && !c->options_.name.empty())
+    s = natsOptions_SetName(opts, c->options_.name.c_str());
+  if (s == NATS_OK && c->options_.on_async_error) {
+    s = natsOptions_SetErrorHandler(opts, &NatsConnection::OnAsyncError, c.get());
+  }
   if (s == NATS_OK) {
     s = natsConnection_Connect(&c->nc_, opts);
     if (s == NATS_NOT_YET_CONNECTED) s = NATS_OK;  // connects in the background
@@ -75,6 +80,12 @@ NatsConnection::~NatsConnection() {
 void NatsConnection::OnReconnected(natsConnection*, void* closure) {
   auto* self = static_cast<NatsConnection*>(closure);
   if (self->options_.on_reconnect) self->options_.on_reconnect();
+}
+
+void NatsConnection::OnAsyncError(natsConnection*, natsSubscription* sub, natsStatus s,
+                                  void* closure) {
+  auto* self = static_cast<NatsConnection*>(closure);
+  if (self->options_.on_async_error) self->options_.on_async_error(sub, s);
 }
 
 bool NatsConnection::connected() const {

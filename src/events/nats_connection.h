@@ -28,6 +28,10 @@ struct NatsOptions {
   int64_t reconnect_wait_ms = 200;
   int64_t request_timeout_ms = 2000;   // JetStream API calls and publish acks
   std::function<void()> on_reconnect;  // called on a libnats thread; keep it short
+  std::string name;                    // the connection's name on the server ("": none)
+  // An asynchronous error of a subscription (NATS_SLOW_CONSUMER: messages were
+  // dropped); called on a libnats thread, keep it short. Null: ignored.
+  std::function<void(natsSubscription* sub, natsStatus s)> on_async_error;
 };
 
 // --nats-stream-max-bytes / --nats-stream-max-msgs (Infera's defaults).
@@ -57,6 +61,7 @@ class NatsConnection {
  private:
   explicit NatsConnection(NatsOptions options) : options_(std::move(options)) {}
   static void OnReconnected(natsConnection* nc, void* closure);
+  static void OnAsyncError(natsConnection* nc, natsSubscription* sub, natsStatus s, void* closure);
 
   NatsOptions options_;
   natsConnection* nc_ = nullptr;

@@ -233,6 +233,7 @@ std::string AdminViews::MetricsText() const {
              std::to_string(active[r]) + "\n";
     }
   }
+  for (const auto& render : more_metrics_) render(out);
   if (replica_ != nullptr) {
     replica_->RenderMetrics(out);
     std::vector<std::pair<std::string, std::pair<size_t, double>>> rows;

@@ -21,9 +21,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "events/kv_event_source.h"
 #include "events/shared_kv_index.h"
@@ -52,6 +54,11 @@ class AdminViews {
   // --router-replica-sync: its metrics and the remote load gauges. REQUIRES: outlives
   // the views; set before serving.
   void set_replica_sync(const ReplicaSync* sync) { replica_ = sync; }
+  // More families for /metrics (the NATS request transport's). REQUIRES: what `render`
+  // reads outlives the views; added before serving.
+  void add_metrics(std::function<void(std::string&)> render) {
+    more_metrics_.push_back(std::move(render));
+  }
 
   // Liveness: always 200 while the process serves.
   int HealthStatus() const { return 200; }
@@ -84,6 +91,7 @@ class AdminViews {
   const Readiness& readiness_;
   const core::Clock& clock_;
   const ReplicaSync* replica_ = nullptr;
+  std::vector<std::function<void(std::string&)>> more_metrics_;
 };
 
 }  // namespace infera::router

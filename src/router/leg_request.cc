@@ -6,10 +6,17 @@ bool TakesBodyDpRank(const discovery::WorkerRecord& record) {
   return record.engine == "sglang" || record.pd_protocol == discovery::PdProtocol::kSglangBootstrap;
 }
 
+void AddressWorker(UpstreamRequest& up, const FleetWorker& worker) {
+  up.endpoint = worker.endpoint;
+  up.worker_id = worker.record.worker_id;
+  up.transport =
+      worker.record.request_transport == "nats" ? RequestTransport::kNats : RequestTransport::kHttp;
+}
+
 UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg,
                            const nlohmann::json* extra) {
   UpstreamRequest up;
-  up.endpoint = leg.worker->endpoint;
+  AddressWorker(up, *leg.worker);
   up.path = ctx.upstream_path;
   up.headers.Add("Content-Type", "application/json");
   up.headers.Add("X-Infera-Request-Id", ctx.request_id);

@@ -23,6 +23,10 @@ namespace infera::router {
 
 inline constexpr const char* kDpRankHeader = "X-Data-Parallel-Rank";
 
+// Addresses `up` to `worker`: its endpoint, its id, and the request transport its
+// record asks for (request_transport: http or nats; transport_upstream.h).
+void AddressWorker(UpstreamRequest& up, const FleetWorker& worker);
+
 // True when the worker reads the rank from the body's data_parallel_rank (SGLang).
 bool TakesBodyDpRank(const discovery::WorkerRecord& record);
 

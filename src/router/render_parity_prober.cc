@@ -3,6 +3,7 @@
 #include <chrono>
 #include <exception>
 
+#include "router/leg_request.h"
 #include "router/router_metrics.h"
 #include "router/worker_set.h"
 #include "spdlog/spdlog.h"
@@ -61,7 +62,7 @@ http::Awaitable<void> RenderParityProber::Every() {
 
 http::Awaitable<void> RenderParityProber::Probe(std::shared_ptr<const FleetWorker> worker) {
   UpstreamRequest request;
-  request.endpoint = worker->endpoint;
+  AddressWorker(request, *worker);
   request.method = "POST";
   request.path = "/tokenize";
   request.headers.Add("Content-Type", "application/json");

@@ -19,6 +19,7 @@
 #include "router/steady_clock.h"
 #include "router/tenant_salt.h"
 #include "router/work_pool.h"
+#include "router/transport_upstream.h"
 #include "router/worker_set.h"
 #include "spdlog/spdlog.h"
 
@@ -105,8 +106,17 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
   encoder_ = std::make_unique<PromptEncoder>(
       PromptEncoderOptions{.max_tokenize_bytes = options_.max_tokenize_bytes}, *metrics_,
       *work_pool_);
-  upstream_ = env.upstream ? env.upstream(*pool_, *clock_)
-                           : std::make_unique<HttpUpstream>(*pool_, *clock_);
+  if (env.upstream) {
+    upstream_ = env.upstream(*pool_, *clock_);
+  } else {
+    std::unique_ptr<NatsUpstream> nats;
+    if (options_.nats_requests) {
+      nats = std::make_unique<NatsUpstream>(*options_.nats_requests, *clock_);
+      nats_ = nats.get();
+    }
+    upstream_ = std::make_unique<TransportUpstream>(std::make_unique<HttpUpstream>(*pool_, *clock_),
+                                                    std::move(nats));
+  }
   parity_ = std::make_unique<RenderParityProber>(options_.render_parity, *pool_, *upstream_,
                                                  *clock_, *workers_, *metrics_);
   health_ = std::make_unique<HealthChecker>(options_.health_check, *pool_, *upstream_, *clock_,
@@ -145,6 +155,9 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     planner_->set_on_plan([sync = replica_.get()] { sync->NotifyPlan(); });
     views_->set_replica_sync(replica_.get());
   }
+  if (nats_ != nullptr) {
+    views_->add_metrics([nats = nats_](std::string& out) { nats->RenderMetrics(out); });
+  }
   ids_ = std::make_unique<RequestIds>(SaltFrom(env.seed));
   front_ = std::make_unique<ApiFront>(*pipeline_, *views_, *ids_);
 }
@@ -162,6 +175,9 @@ absl::Status Router::Start() {
   readiness_->Start(*pool_);
   if (replica_) {
     if (absl::Status s = replica_->Start(); !s.ok()) return s;
+  }
+  if (nats_ != nullptr) {
+    if (absl::Status s = nats_->Start(); !s.ok()) return s;
   }
   http::ServerOptions sopt = options_.server;
   sopt.error_body = &ApiFront::ServerErrorBody;

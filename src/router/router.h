@@ -35,6 +35,7 @@
 #include "http/server.h"
 #include "router/decode_demand_routing.h"
 #include "router/health_checker.h"
+#include "router/nats_upstream.h"
 #include "router/pd_options.h"
 #include "router/render_parity_prober.h"
 #include "router/replica_sync.h"
@@ -112,13 +113,17 @@ struct RouterOptions {
   // else random); "" = off.
   std::string tenant_salt_header;
   std::string tenant_salt_key;
+  // --request-transport nats (doc/nats-request-transport.md): workers whose record says
+  // request_transport "nats" are reached over NATS; nullopt: HTTP only.
+  std::optional<NatsUpstreamOptions> nats_requests;
 };
 
 // What the router takes from its environment; the defaults are the real ones.
 struct RouterEnv {
   const core::Clock* clock = nullptr;  // null: the steady clock. Must outlive the router.
   std::optional<uint64_t> seed;        // request-id salt seed; nullopt: std::random_device
-  // The request transport; null: HTTP over the router's event loops.
+  // The request transport; null: per worker, HTTP over the router's event loops or NATS
+  // (RouterOptions::nats_requests).
   std::function<std::unique_ptr<Upstream>(http::IoPool& pool, const core::Clock& clock)> upstream;
 };
 
@@ -170,6 +175,7 @@ class Router {
   // is alive.
   std::unique_ptr<WorkPool> work_pool_;
   std::unique_ptr<Upstream> upstream_;
+  NatsUpstream* nats_ = nullptr;  // owned by upstream_; null: no NATS request transport
   std::unique_ptr<Dispatcher> mixed_dispatcher_;
   std::unique_ptr<Dispatcher> dispatcher_;   // PD, falling back to the mixed one
   std::unique_ptr<TenantSalt> tenant_salt_;  // null: --tenant-cache-salt off

@@ -3,8 +3,9 @@
 // Send() writes the request and completes when the answer's head arrived; the body
 // is then read piece by piece (a streaming relay) or whole. HttpUpstream is the real
 // one (src/http's keep-alive client, one pool per event loop); tests use a fake that
-// scripts answers and failures (router_pipeline_test.cc). A new request transport
-// (--request-transport) is one more implementation.
+// scripts answers and failures (router_pipeline_test.cc). NatsUpstream is the NATS
+// request transport (--request-transport nats); TransportUpstream picks one of the two
+// per request from the worker's record (request_transport).
 //
 // Errors, as http::Client reports them: cannot connect / connection lost ->
 // Unavailable; deadline passed -> DeadlineExceeded; cancelled -> Cancelled;
@@ -27,8 +28,14 @@
 
 namespace infera::router {
 
+// How a worker takes requests: its record's request_transport (Infera's field).
+enum class RequestTransport : uint8_t { kHttp, kNats };
+
 struct UpstreamRequest {
   http::Endpoint endpoint;
+  // The worker: over NATS its id names its subject (nats_upstream.h).
+  std::string worker_id;
+  RequestTransport transport = RequestTransport::kHttp;
   std::string method = "POST";
   std::string path;  // appended to the endpoint's base path
   http::Headers headers;

@@ -39,6 +39,7 @@ SAMPLES = {
     "bootstrap_addr": ("10.1.2.3:8998", ["disagg_meta", "params", "bootstrap_addr"],
                        "10.1.2.3:8998"),
     "engine_id": ("engine-{i}", ["disagg_meta", "params", "engine_id"], "engine-{i}"),
+    "request_transport": ("nats", ["request_transport"], "nats"),
 }
 
 
