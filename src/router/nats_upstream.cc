@@ -396,9 +396,10 @@ class NatsResponse final : public UpstreamResponse {
       case Frame::Kind::kNoResponders:
         finished_ = true;
         end_ = End::kNoResponders;
-        co_return absl::UnavailableError("no responders on " +
-                                         transport::RequestSubject(worker_id_) +
-                                         " (nobody serves the worker's NATS subject)");
+        co_return WithClientMessage(
+            absl::UnavailableError("no responders on " + transport::RequestSubject(worker_id_) +
+                                   " (nobody serves the worker's NATS subject)"),
+            "no responders on its NATS subject");
       case Frame::Kind::kError:
         co_return WorkerError(std::move(first->data));
       case Frame::Kind::kDone:
@@ -510,7 +511,9 @@ class NatsResponse final : public UpstreamResponse {
 
   absl::Status WorkerError(std::string text) {
     finished_ = true;
-    return Fail(End::kWorkerError, absl::UnavailableError("error frame: " + Trim(text)));
+    // (The worker's own error text, as a worker's 5xx message is relayed.)
+    return Fail(End::kWorkerError,
+                ClientReadable(absl::UnavailableError("error frame: " + Trim(text))));
   }
 
   void Done() {
@@ -591,17 +594,18 @@ class NatsResponse final : public UpstreamResponse {
           reply_->waiting = false;
         }
         if (now >= max_deadline_) {
-          co_return Fail(End::kMaxDuration,
-                         absl::DeadlineExceededError("nats request exceeded total timeout " +
-                                                     Seconds(core_->options.max_duration_ms)));
+          co_return Fail(End::kMaxDuration, ClientReadable(absl::DeadlineExceededError(
+                                                "nats request exceeded total timeout " +
+                                                Seconds(core_->options.max_duration_ms))));
         }
         if (now >= request_deadline_) {
           co_return Fail(End::kDeadline,
                          absl::DeadlineExceededError("no answer within the request timeout"));
         }
         co_return Fail(End::kIdleTimeout,
-                       absl::DeadlineExceededError("nats request stalled: no reply within " +
-                                                   Seconds(idle_ms) + " (idle timeout)"));
+                       ClientReadable(absl::DeadlineExceededError(
+                           "nats request stalled: no reply within " + Seconds(idle_ms) +
+                           " (idle timeout)")));
       }
       reply_->timer.expires_at(until);
       boost::system::error_code ec;

@@ -197,8 +197,10 @@ http::Awaitable<void> Relay::Stream(RequestContext& ctx, UpstreamResponse& respo
         co_return;
       }
       // After the first byte: report in-band, then end the stream.
-      std::string event = fail("the worker failed mid-stream",
-                               "failed mid-stream: " + std::string(piece.status().message()));
+      const std::string cause = ClientMessage(piece.status());
+      std::string event = fail(
+          cause.empty() ? "the worker failed mid-stream" : "the worker failed mid-stream: " + cause,
+          "failed mid-stream: " + std::string(piece.status().message()));
       co_await w.WriteChunk(event);
       co_await w.EndStream();
       co_return;

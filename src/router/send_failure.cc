@@ -2,6 +2,7 @@
 
 #include "http/client.h"
 #include "router/api_errors.h"
+#include "router/upstream.h"
 #include "spdlog/spdlog.h"
 
 namespace infera::router {
@@ -49,6 +50,10 @@ SendFailures::Judged SendFailures::Judge(const FleetWorker& worker, const absl::
             std::move(detail)};
   }
   Report(worker, "unreachable");
+  if (const std::string safe = ClientMessage(status); !safe.empty()) {
+    return {Kind::kUnreachable, 502, "the " + std::string(who) + " failed before answering: " + safe,
+            std::move(detail)};
+  }
   return {Kind::kUnreachable, 502,
           "the " + std::string(who) + " failed before answering (" +
               (code == absl::StatusCode::kDataLoss ? "malformed response" : "connection failed") +

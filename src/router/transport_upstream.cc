@@ -9,7 +9,9 @@ http::Awaitable<absl::StatusOr<std::unique_ptr<UpstreamResponse>>> TransportUpst
     UpstreamRequest request) {
   if (request.transport == RequestTransport::kNats) {
     if (nats_ == nullptr) {
-      co_return absl::UnavailableError(
+      co_return WithClientMessage(
+          absl::UnavailableError("it registered the nats request transport but this router "
+                                 "runs without it (--request-transport nats)"),
           "it registered the nats request transport but this router runs without it "
           "(--request-transport nats)");
     }

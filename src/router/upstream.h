@@ -21,6 +21,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "http/asio.h"
 #include "http/client.h"
 #include "http/headers.h"
@@ -63,5 +64,29 @@ class Upstream {
   virtual http::Awaitable<absl::StatusOr<std::unique_ptr<UpstreamResponse>>> Send(
       UpstreamRequest request) = 0;
 };
+
+// A failure whose cause the client may read: `client_message` (no address, worker id
+// or subject) rides on the status as a payload; SendFailures::Judge puts it in the
+// 502 after "the worker failed before answering: ". The status message keeps the
+// whole detail for the log.
+inline constexpr char kClientMessagePayload[] = "infera.dev/client-message";
+
+inline absl::Status WithClientMessage(absl::Status status, std::string_view client_message) {
+  status.SetPayload(kClientMessagePayload,
+                    absl::Cord(absl::string_view(client_message.data(), client_message.size())));
+  return status;
+}
+
+// The status's own message, marked as readable by the client (it names no address).
+inline absl::Status ClientReadable(absl::Status status) {
+  const std::string message(status.message());
+  return WithClientMessage(std::move(status), message);
+}
+
+// The client-readable cause WithClientMessage attached, or "" when there is none.
+inline std::string ClientMessage(const absl::Status& status) {
+  auto payload = status.GetPayload(kClientMessagePayload);
+  return payload.has_value() ? std::string(*payload) : std::string();
+}
 
 }  // namespace infera::router

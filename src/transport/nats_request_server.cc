@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "events/nats_connection.h"
 #include "http/client.h"
+#include "log/rate_limited_log.h"
 #include "spdlog/spdlog.h"
 #include "transport/nats_request_wire.h"
 
@@ -296,7 +297,13 @@ http::Awaitable<void> NatsRequestServer::Core::Proxy(std::string inbox, DecodedR
         break;
     }
     if (s.code() == absl::StatusCode::kDeadlineExceeded) return "request exceeded max duration";
-    return "engine " + options.engine.HostPort() + ": " + std::string(s.message());
+    // The frame reaches clients: the engine's address and the transport detail stay
+    // in this log.
+    static log::RateLimitedLog limited;  // (one line per failed request at most)
+    limited.Warn("nats request server: engine failed", "nats request server: engine {}: {}",
+                 options.engine.HostPort(), std::string(s.message()));
+    return s.code() == absl::StatusCode::kDataLoss ? "engine sent a malformed answer"
+                                                   : "engine connection failed";
   };
   const http::Deadline deadline =
       SteadyClock::now() + (options.max_duration_ms > 0

@@ -139,8 +139,12 @@ class Proc:
     def tail(self, lines=30):
         return "\n".join(self.output().splitlines()[-lines:])
 
-    def wait_line(self, pattern, timeout=30):
-        """Returns the re.Match of the first output line matching `pattern`."""
+    def wait_line(self, pattern, timeout=None):
+        """Returns the re.Match of the first output line matching `pattern` (within 30 s,
+        90 s under the sanitizers: a Debug+ASan router loading the Qwen 3 tokenizer
+        beside two engines doing the same took over 30 s on a busy 2-core machine)."""
+        if timeout is None:
+            timeout = 90 if os.environ.get("INFERA_SANITIZED") else 30
         rx = re.compile(pattern)
         deadline = time.time() + timeout
         while time.time() < deadline:

@@ -72,6 +72,8 @@ def start_router_cmd(procs, name, argv, env):
     poll(lambda: http("GET", base + "/health")[0] == 200 and
          json.loads(http("GET", base + "/health")[1]).get("active_workers") == 2,
          f"{name}: ready with the prefill and decode workers from etcd", timeout=120)
+    # /ready: the engines' replay has rebuilt the views (a repeated prompt can hit).
+    poll(lambda: http("GET", base + "/ready")[0] == 200, f"{name}: /ready 200", timeout=120)
     return proc, base
 
 
@@ -190,8 +192,8 @@ def run(procs, env, tmp, snapshot):
     expect_exit_2(procs, "absent-model", [ROUTER, "--port", "0", "--router-tokenizer-path",
                                           "Qwen/Qwen9-9B"], env,
                   os.path.join(env["HF_HOME"], "hub", "models--Qwen--Qwen9-9B", "refs", "main"))
-    expect_exit_2(procs, "nats-transport", [ROUTER, "--port", "0", "--request-transport", "nats"],
-                  env, "issue 26")
+    expect_exit_2(procs, "bad-transport", [ROUTER, "--port", "0", "--request-transport", "grpc"],
+                  env, "--request-transport must be http or nats, got 'grpc'")
 
 
 if __name__ == "__main__":

@@ -263,7 +263,7 @@ def case_serve(procs, nats_port, nats_url):
     check_whole_events(events[:-1], "the stream cut by the engine's death")
     err = json.loads(data_of(events[-1]))
     check("error" in err and "failed mid-stream" in err["error"]["message"]
-          and e1_id in err["error"]["message"],
+          and e1_id not in err["error"]["message"],
           f"one in-band error event ends it: {err['error']['message'][:160]}")
     poll(lambda: metric_value(base, "infera_router_nats_requests_total", 'outcome="worker_error"') >= 1,
          "infera_router_nats_requests_total{outcome=\"worker_error\"} counts it")
