@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <string_view>
 
 #include "discovery/discovery_factory.h"
 #include "discovery/discovery_flags.h"
@@ -353,8 +354,7 @@ int main(int argc, char** argv) {
       "of the machine: prefer --admin-token-file or the environment");
   CLI::Option* token_file_flag =
       app.add_option("--admin-token-file", admin_token_file,
-                     "File holding the admin token (trailing newline ignored)")
-          ->excludes(token_flag);
+                     "File holding the admin token (trailing newline ignored)");
   app.add_flag("--protect-metrics", protect_metrics,
                "/metrics requires the admin token too (default: open to scrapers)");
   // --config FILE (doc/router.md "Configuration file").
@@ -576,7 +576,25 @@ int main(int argc, char** argv) {
     spdlog::error("--tenant-cache-salt-key-file needs --tenant-cache-salt");
     return 2;
   }
-  if (token_file_flag->count() > 0) {
+  // Both given: the command line's beats the config file's; twice in one place is an
+  // error (CLI11's excludes() cannot tell the two places apart).
+  bool use_token_file = token_file_flag->count() > 0;
+  if (use_token_file && token_flag->count() > 0) {
+    auto on_command_line = [&](std::string_view name) {
+      for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        if (arg == name || (arg.starts_with(name) && arg[name.size()] == '=')) return true;
+      }
+      return false;
+    };
+    const bool file_cli = on_command_line("--admin-token-file");
+    if (file_cli == on_command_line("--admin-token")) {
+      spdlog::error("give only one of --admin-token and --admin-token-file");
+      return 2;
+    }
+    use_token_file = file_cli;
+  }
+  if (use_token_file) {
     auto token = infera::router::ReadAdminTokenFile(admin_token_file);
     if (!token.ok()) {
       spdlog::error("{}", std::string(token.status().message()));
@@ -588,7 +606,8 @@ int main(int argc, char** argv) {
   } else if (const char* env = std::getenv("INFERA_ADMIN_TOKEN"); env != nullptr && *env != '\0') {
     opt.admin_token = env;
   }
-  if (!opt.admin_token.empty()) {
+  // --admin-token "" is an error, not "off".
+  if (!opt.admin_token.empty() || (token_flag->count() > 0 && !use_token_file)) {
     if (absl::Status s = infera::router::ValidateAdminToken(opt.admin_token); !s.ok()) {
       spdlog::error("--admin-token (or INFERA_ADMIN_TOKEN): {}", std::string(s.message()));
       return 2;
