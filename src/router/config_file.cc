@@ -3,6 +3,8 @@
 #include <iterator>
 #include <map>
 
+#include "tokenizer/unicode.h"
+
 namespace infera::router {
 namespace {
 
@@ -178,24 +180,6 @@ class TomlReader {
     return i == t.size();
   }
 
-  static void AppendUtf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out.push_back(static_cast<char>(0xc0 | (cp >> 6)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else if (cp < 0x10000) {
-      out.push_back(static_cast<char>(0xe0 | (cp >> 12)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else {
-      out.push_back(static_cast<char>(0xf0 | (cp >> 18)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    }
-  }
-
   // A basic ("...", with escapes) or literal ('...') single-line string.
   absl::StatusOr<std::string> String(const std::string& what) {
     const char quote = Peek();
@@ -260,7 +244,7 @@ class TomlReader {
           if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
             return Error(what + ": \\" + std::string(1, e) + " is not a Unicode scalar value");
           }
-          AppendUtf8(out, cp);
+          tokenizer::unicode::AppendUtf8(static_cast<char32_t>(cp), &out);
           break;
         }
         default:
