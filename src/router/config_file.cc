@@ -47,6 +47,7 @@ class TomlReader {
           if (!v.ok()) return v.status();
           s.values.push_back(*std::move(v));
           SkipBlankAndComments(/*newlines=*/true);
+          if (AtEnd()) return Error("the array of '" + s.key + "' is not closed with ']'");
           if (Peek() == ',') {
             ++pos_;
           } else if (Peek() != ']') {
