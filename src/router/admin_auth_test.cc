@@ -89,8 +89,8 @@ TEST(AdminAuthTest, Loopback) {
   for (const char* host : {"127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"}) {
     EXPECT_TRUE(IsLoopbackHost(host)) << host;
   }
-  for (const char* host : {"0.0.0.0", "::", "10.0.0.1", "127.0.0.1.example.com", "127.0.0",
-                           "router.local", ""}) {
+  for (const char* host :
+       {"0.0.0.0", "::", "10.0.0.1", "127.0.0.1.example.com", "127.0.0", "router.local", ""}) {
     EXPECT_FALSE(IsLoopbackHost(host)) << host;
   }
 }

@@ -51,7 +51,8 @@ TEST(ConfigFileTest, MalformedDocumentsNameTheLine) {
   EXPECT_EQ(ErrorOf("port = 1\nrouter-policy = kv-aware\n"),
             "line 2: the value of 'router-policy' is not a TOML string, number or boolean: "
             "'kv-aware' (strings are quoted: router-policy = \"kv-aware\")");
-  EXPECT_EQ(ErrorOf("host = \"a\n"), "line 1: the value of 'host': the string is not closed with \"");
+  EXPECT_EQ(ErrorOf("host = \"a\n"),
+            "line 1: the value of 'host': the string is not closed with \"");
   EXPECT_EQ(ErrorOf("\n\n[router]\nport = 1\n"),
             "line 3: tables ([name]) are not used: every key is a flag's long name at the top "
             "level");
@@ -63,10 +64,12 @@ TEST(ConfigFileTest, MalformedDocumentsNameTheLine) {
             "line 1: the value of 'port' is not a TOML string, number or boolean (it is empty)");
   EXPECT_EQ(ErrorOf("worker = [\"a\",\n\"b\"\n"),
             "line 3: the array of 'worker' is not closed with ']'");
-  EXPECT_EQ(ErrorOf("worker = []\n"), "line 1: 'worker' is an empty array: leave the key out instead");
+  EXPECT_EQ(ErrorOf("worker = []\n"),
+            "line 1: 'worker' is an empty array: leave the key out instead");
   EXPECT_EQ(ErrorOf("worker = [[\"a\"]]\n"), "line 1: 'worker': arrays inside arrays are not used");
   EXPECT_EQ(ErrorOf("x = {a = 1}\n"), "line 1: 'x': inline tables are not used");
-  EXPECT_EQ(ErrorOf("x = \"\"\"a\"\"\"\n"), "line 1: the value of 'x': multi-line strings are not used");
+  EXPECT_EQ(ErrorOf("x = \"\"\"a\"\"\"\n"),
+            "line 1: the value of 'x': multi-line strings are not used");
   EXPECT_EQ(ErrorOf("x = \"\\q\"\n"), "line 1: the value of 'x': invalid escape \\q");
   EXPECT_EQ(ErrorOf("x = \"\\u12\"\n"), "line 1: the value of 'x': \\u needs 4 hex digits");
   EXPECT_EQ(ErrorOf("x = 1979-05-27\n").substr(0, 44),
@@ -75,7 +78,8 @@ TEST(ConfigFileTest, MalformedDocumentsNameTheLine) {
   EXPECT_NE(ErrorOf("x = 1__0\n"), "(ok)");
   EXPECT_NE(ErrorOf("x = 1.\n"), "(ok)");
   EXPECT_NE(ErrorOf("x = True\n"), "(ok)");
-  EXPECT_EQ(ErrorOf("= 1\n"), "line 1: expected a key (a flag's long name without \"--\"), found '='");
+  EXPECT_EQ(ErrorOf("= 1\n"),
+            "line 1: expected a key (a flag's long name without \"--\"), found '='");
 }
 
 TEST(ConfigFileTest, FormatterChecksKeysAgainstTheApp) {
@@ -102,7 +106,8 @@ TEST(ConfigFileTest, FormatterChecksKeysAgainstTheApp) {
             "line 2: unknown key 'prot': infera-router has no flag --prot (`infera-router "
             "--help` lists them)");
   EXPECT_EQ(error_of("port = [1, 2]\n"), "line 1: 'port' takes one value, not an array");
-  EXPECT_EQ(error_of("port = \"x\n"), "line 1: the value of 'port': the string is not closed with \"");
+  EXPECT_EQ(error_of("port = \"x\n"),
+            "line 1: the value of 'port': the string is not closed with \"");
 }
 
 }  // namespace
