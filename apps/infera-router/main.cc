@@ -10,11 +10,14 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <string_view>
 
 #include "discovery/discovery_factory.h"
 #include "discovery/discovery_flags.h"
 #include "doctor/doctor_command.h"
 #include "doctor/startup_doctor.h"
+#include "router/admin_auth.h"
+#include "router/config_file.h"
 #include "router/log_levels.h"
 #include "router/router.h"
 #include "router/tenant_salt.h"
@@ -24,6 +27,26 @@
 #include "transport/nats_request_flags.h"
 
 namespace {
+
+// --help's footer and doc/router.md "Configuration file" (the config test loads both).
+constexpr char kConfigFooter[] =
+    R"(Configuration file (--config FILE, TOML): each key is a flag's long name without
+"--"; flags on the command line override the file, the file overrides environment
+variables (INFERA_ADMIN_TOKEN, NATS_SERVER, RUST_LOG, ...). An unknown key, a key set
+twice or malformed TOML is an error naming its line. Example:
+
+  # /etc/infera-router/config.toml
+  host = "0.0.0.0"
+  port = 8000
+  router-policy = "kv-aware"
+  kv-overlap-weight = 1.0
+  router-tokenizer-path = "/models/tokenizer"
+  worker = ["http://10.0.0.1:30000,model_name=m,kv_events_endpoint=tcp://10.0.0.1:5557",
+            "http://10.0.0.2:30000,model_name=m,kv_events_endpoint=tcp://10.0.0.2:5557"]
+  kv-events-topic = "kv-events"
+  admin-token-file = "/etc/infera-router/admin-token"
+  log-level = "info"
+)";
 
 sigset_t TerminationSignals() {
   sigset_t set;
@@ -321,7 +344,37 @@ int main(int argc, char** argv) {
       "this router's one native data plane");
   infera::doctor::StartupDoctorOptions startup_doctor_options;
   infera::doctor::AddStartupDoctorFlags(app, startup_doctor_options);
-  CLI11_PARSE(app, argc, argv);
+  // --admin-token (doc/router.md "Admin token").
+  std::string admin_token, admin_token_file;
+  bool protect_metrics = false;
+  CLI::Option* token_flag = app.add_option(
+      "--admin-token", admin_token,
+      "Bearer token that /v1/admin/*, /v1/workers and /dashboard require (env "
+      "INFERA_ADMIN_TOKEN; default: none, open). A command line is visible to every user "
+      "of the machine: prefer --admin-token-file or the environment");
+  CLI::Option* token_file_flag =
+      app.add_option("--admin-token-file", admin_token_file,
+                     "File holding the admin token (trailing newline ignored)");
+  app.add_flag("--protect-metrics", protect_metrics,
+               "/metrics requires the admin token too (default: open to scrapers)");
+  // --config FILE (doc/router.md "Configuration file").
+  CLI::Option* config_flag =
+      app.set_config("--config", "", "TOML file of flags (see the end of this help)")
+          ->type_name("FILE");
+  app.config_formatter(std::make_shared<infera::router::StrictTomlConfig>(app));
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.footer(kConfigFooter);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    spdlog::error("--config {}: {}", config_flag->as<std::string>(), e.what());
+    return 2;
+  } catch (const CLI::FileError& e) {
+    spdlog::error("--config: {}", e.what());
+    return 2;
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
 
   auto levels = infera::router::ResolveLogLevels(
       log_flag->count() > 0 ? std::optional<std::string>(log_level) : std::nullopt,
@@ -523,6 +576,57 @@ int main(int argc, char** argv) {
     spdlog::error("--tenant-cache-salt-key-file needs --tenant-cache-salt");
     return 2;
   }
+  // Both given: the command line's beats the config file's; twice in one place is an
+  // error (CLI11's excludes() cannot tell the two places apart).
+  bool use_token_file = token_file_flag->count() > 0;
+  if (use_token_file && token_flag->count() > 0) {
+    auto on_command_line = [&](std::string_view name) {
+      for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        if (arg == name || (arg.starts_with(name) && arg[name.size()] == '=')) return true;
+      }
+      return false;
+    };
+    const bool file_cli = on_command_line("--admin-token-file");
+    if (file_cli == on_command_line("--admin-token")) {
+      spdlog::error("give only one of --admin-token and --admin-token-file");
+      return 2;
+    }
+    use_token_file = file_cli;
+  }
+  if (use_token_file) {
+    auto token = infera::router::ReadAdminTokenFile(admin_token_file);
+    if (!token.ok()) {
+      spdlog::error("{}", std::string(token.status().message()));
+      return 2;
+    }
+    opt.admin_token = *std::move(token);
+  } else if (token_flag->count() > 0) {
+    opt.admin_token = admin_token;
+  } else if (const char* env = std::getenv("INFERA_ADMIN_TOKEN"); env != nullptr && *env != '\0') {
+    opt.admin_token = env;
+  }
+  // --admin-token "" is an error, not "off".
+  if (!opt.admin_token.empty() || (token_flag->count() > 0 && !use_token_file)) {
+    if (absl::Status s = infera::router::ValidateAdminToken(opt.admin_token); !s.ok()) {
+      spdlog::error("--admin-token (or INFERA_ADMIN_TOKEN): {}", std::string(s.message()));
+      return 2;
+    }
+    spdlog::info("router: admin token set: /v1/admin/*, /v1/workers, /dashboard{} need it",
+                 protect_metrics ? " and /metrics" : "");
+  } else if (protect_metrics) {
+    spdlog::error(
+        "--protect-metrics needs an admin token (--admin-token, --admin-token-file or "
+        "INFERA_ADMIN_TOKEN)");
+    return 2;
+  } else if (!infera::router::IsLoopbackHost(host)) {
+    spdlog::warn(
+        "router: no admin token and listening on {}: /v1/admin/*, /v1/workers and /dashboard "
+        "(the fleet's internal URLs and endpoints) are open to every client that reaches it; "
+        "set --admin-token-file or INFERA_ADMIN_TOKEN",
+        host);
+  }
+  opt.protect_metrics = protect_metrics;
   if (seed_flag->count() > 0) opt.random_seed = random_seed;
   if (bound_flag->count() > 0) opt.max_index_blocks = max_index_blocks;
   opt.kv_events = kv_transport == "zmq";

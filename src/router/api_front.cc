@@ -44,6 +44,10 @@ http::Awaitable<void> ApiFront::Handle(http::Request& req, http::ResponseWriter&
       co_return;
     }
   }
+  if (auth_.Protects(path) && !auth_.Allows(req.headers.Get("Authorization"))) {
+    co_await SendUnauthorized(w, !req.headers.Get("Authorization").empty(), request_id);
+    co_return;
+  }
   const bool post = req.method == "POST";
   const bool get = req.method == "GET" || req.method == "HEAD";
   if (post && path == "/v1/chat/completions") {
@@ -78,6 +82,24 @@ http::Awaitable<void> ApiFront::Handle(http::Request& req, http::ResponseWriter&
                          request_id);
     }
   }
+}
+
+http::Awaitable<void> ApiFront::SendUnauthorized(http::ResponseWriter& w, bool presented,
+                                                 const std::string& request_id) {
+  // RFC 6750 §3: a request without credentials gets the bare challenge; one with wrong
+  // credentials gets error="invalid_token". The protected paths are none of Anthropic's.
+  http::Headers h;
+  h.Add("Content-Type", "application/json");
+  h.Add("WWW-Authenticate", presented ? "Bearer realm=\"infera-router\", error=\"invalid_token\""
+                                      : "Bearer realm=\"infera-router\"");
+  h.Add("X-Infera-Request-Id", request_id);
+  co_await w.Send(401, std::move(h),
+                  OpenAiErrorBody(401,
+                                  presented ? "invalid admin token: this path needs "
+                                              "Authorization: Bearer <the router's --admin-token>"
+                                            : "this path needs Authorization: Bearer <the "
+                                              "router's --admin-token>",
+                                  "invalid_api_key"));
 }
 
 http::Awaitable<void> ApiFront::CacheView(http::Request& req, http::ResponseWriter& w,

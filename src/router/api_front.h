@@ -4,6 +4,7 @@
 //   GET|HEAD /health, /ready, /v1/models, /v1/workers, /metrics,
 //            /v1/admin/cache-view/{worker_id}?dp_rank=R       -> AdminViews
 //   a known path with another method -> 405; anything else -> 404
+// With an admin token (AdminAuth) a protected path without it -> 401, before routing.
 // Every answer carries X-Infera-Request-Id: the client's (at most 128 bytes) or a
 // generated one. Errors under /v1/messages are in Anthropic's shape, others OpenAI's.
 //
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "http/server.h"
+#include "router/admin_auth.h"
 #include "router/admin_views.h"
 #include "router/request_ids.h"
 #include "router/request_pipeline.h"
@@ -22,8 +24,8 @@ namespace infera::router {
 class ApiFront {
  public:
   // REQUIRES: every reference outlives the front.
-  ApiFront(RequestPipeline& pipeline, const AdminViews& views, RequestIds& ids)
-      : pipeline_(pipeline), views_(views), ids_(ids) {}
+  ApiFront(RequestPipeline& pipeline, const AdminViews& views, RequestIds& ids, AdminAuth auth = {})
+      : pipeline_(pipeline), views_(views), ids_(ids), auth_(auth) {}
 
   http::Awaitable<void> Handle(http::Request& req, http::ResponseWriter& w);
 
@@ -33,12 +35,16 @@ class ApiFront {
                                          std::string_view target);
 
  private:
+  // 401 in OpenAI's shape with a WWW-Authenticate: Bearer challenge.
+  http::Awaitable<void> SendUnauthorized(http::ResponseWriter& w, bool presented,
+                                         const std::string& request_id);
   http::Awaitable<void> CacheView(http::Request& req, http::ResponseWriter& w,
                                   std::string_view worker_id, const std::string& request_id);
 
   RequestPipeline& pipeline_;
   const AdminViews& views_;
   RequestIds& ids_;
+  const AdminAuth auth_;
 };
 
 }  // namespace infera::router

