@@ -5,6 +5,7 @@
 
 #include "router/anthropic.h"
 #include "router/api_errors.h"
+#include "router/dashboard_page.h"
 
 namespace infera::router {
 namespace {
@@ -14,7 +15,7 @@ constexpr std::string_view kCacheViewPrefix = "/v1/admin/cache-view/";
 bool KnownPath(std::string_view path) {
   return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/messages" ||
          path == "/health" || path == "/ready" || path == "/v1/models" || path == "/v1/workers" ||
-         path == "/metrics";
+         path == "/metrics" || path == "/v1/admin/fleet" || path == "/dashboard";
 }
 
 }  // namespace
@@ -65,6 +66,14 @@ http::Awaitable<void> ApiFront::Handle(http::Request& req, http::ResponseWriter&
     http::Headers h;
     h.Add("Content-Type", "text/plain; version=0.0.4");
     co_await w.Send(200, std::move(h), views_.MetricsText());
+  } else if (get && path == "/v1/admin/fleet") {
+    co_await SendJson(w, 200, views_.FleetJson(), request_id);
+  } else if (get && path == "/dashboard") {
+    http::Headers h;
+    h.Add("Content-Type", "text/html; charset=utf-8");
+    h.Add("Cache-Control", "no-cache");
+    h.Add("X-Infera-Request-Id", request_id);
+    co_await w.Send(200, std::move(h), std::string(DashboardHtml()));
   } else if (get && path.starts_with(kCacheViewPrefix)) {
     co_await CacheView(req, w, path.substr(kCacheViewPrefix.size()), request_id);
   } else {

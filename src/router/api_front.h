@@ -2,7 +2,9 @@
 //
 //   POST /v1/chat/completions, /v1/completions, /v1/messages -> RequestPipeline
 //   GET|HEAD /health, /ready, /v1/models, /v1/workers, /metrics,
-//            /v1/admin/cache-view/{worker_id}?dp_rank=R       -> AdminViews
+//            /v1/admin/cache-view/{worker_id}?dp_rank=R,
+//            /v1/admin/fleet                                  -> AdminViews
+//   GET|HEAD /dashboard                                       -> DashboardHtml()
 //   a known path with another method -> 405; anything else -> 404
 // Every answer carries X-Infera-Request-Id: the client's (at most 128 bytes) or a
 // generated one. Errors under /v1/messages are in Anthropic's shape, others OpenAI's.

@@ -18,8 +18,8 @@
 #include "router/router_metrics.h"
 #include "router/steady_clock.h"
 #include "router/tenant_salt.h"
-#include "router/work_pool.h"
 #include "router/transport_upstream.h"
+#include "router/work_pool.h"
 #include "router/worker_set.h"
 #include "spdlog/spdlog.h"
 
@@ -80,6 +80,7 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
       options_.policy, index_, *clock_, *metrics_,
       core::PdConfig{.min_uncached_tokens = options_.pd.min_uncached_tokens}, options_.sessions,
       options_.demand);
+  planner_->set_route_receipt(options_.route_receipt);
   if (approx) {
     planner_->EnableApprox(options_.approx, index_);
     spdlog::info(

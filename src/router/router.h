@@ -116,6 +116,8 @@ struct RouterOptions {
   // --request-transport nats (doc/nats-request-transport.md): workers whose record says
   // request_transport "nats" are reached over NATS; nullopt: HTTP only.
   std::optional<NatsUpstreamOptions> nats_requests;
+  // --route-receipt (doc/router.md "Route receipt"): answers carry X-Infera-Route.
+  bool route_receipt = false;
 };
 
 // What the router takes from its environment; the defaults are the real ones.

@@ -1,0 +1,13 @@
+// The dashboard (GET /dashboard): one self-contained HTML page (inline CSS, JS and
+// SVG charts; no external resource) that polls GET /v1/admin/fleet every second
+// (doc/operations.md "Dashboard"). With `#token=T` in the page's URL it sends
+// `Authorization: Bearer T` (the admin token).
+#pragma once
+
+#include <string_view>
+
+namespace infera::router {
+
+std::string_view DashboardHtml();
+
+}  // namespace infera::router
