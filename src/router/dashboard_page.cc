@@ -12,6 +12,7 @@ constexpr std::string_view kPage = R"html(<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>infera-router fleet</title>
+<link rel="icon" href="data:,">
 <style>
 :root { --bg:#0f1419; --panel:#182029; --line:#2a3542; --fg:#dde3ea; --dim:#8a97a6;
         --good:#4cc38a; --warn:#e5b454; --bad:#ef6a6a; --a:#5aa9ff; --b:#c58af9; }
@@ -37,6 +38,8 @@ main { padding:1em; display:grid; gap:1em; }
 .legend i { display:inline-block; width:.8em; height:.25em; vertical-align:middle; margin-right:.3em; }
 section { background:var(--panel); border:1px solid var(--line); border-radius:6px; padding:.5em;
           overflow-x:auto; }
+section.scroll { max-height:26em; overflow-y:auto; }
+#picks td:nth-child(4), #picks td:nth-child(5) { text-align:left; }
 table { border-collapse:collapse; width:100%; font-variant-numeric:tabular-nums; }
 th, td { text-align:right; padding:.25em .5em; border-bottom:1px solid var(--line); white-space:nowrap; }
 th { color:var(--dim); font-weight:500; font-size:.85em; }
@@ -69,7 +72,7 @@ th:first-child, td:first-child { text-align:left; }
       <div class="legend" id="l-load"></div></div>
   </div>
   <section><h2>Targets</h2><table class="stack" id="targets"><thead></thead><tbody></tbody></table></section>
-  <section><h2>Last picks</h2><table class="stack" id="picks"><thead></thead><tbody></tbody></table></section>
+  <section class="scroll"><h2>Last picks (newest first)</h2><table class="stack" id="picks"><thead></thead><tbody></tbody></table></section>
 </main>
 <script>
 "use strict";
