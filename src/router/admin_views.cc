@@ -1,6 +1,7 @@
 #include "router/admin_views.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -365,11 +366,16 @@ std::string AdminViews::FleetJson() const {
     return blocks == 0 ? json(nullptr) : json(static_cast<double>(hits) / blocks);
   };
   for (const auto& w : *fleet) {
-    std::vector<size_t> cached(w->targets.size(), 0);
+    // Per rank: all tiers, then device, host, disk.
+    std::vector<std::array<size_t, 4>> cached(w->targets.size(), {0, 0, 0, 0});
     index_.WithIndex([&](const core::KvIndex& index) {
       for (size_t r = 0; r < w->targets.size(); ++r) {
         const auto id = index.FindTarget(w->KeyOf(r));
-        cached[r] = id ? index.BlockCount(*id) : 0;
+        if (!id) continue;
+        cached[r][0] = index.BlockCount(*id);
+        for (int tier = 0; tier < core::kTierCount; ++tier) {
+          cached[r][tier + 1] = index.TierBlockCount(*id, static_cast<core::Tier>(tier));
+        }
       }
       return 0;
     });
@@ -390,7 +396,9 @@ std::string AdminViews::FleetJson() const {
           {"role",
            core::RoleName(static_cast<core::Role>(static_cast<uint8_t>(w->record.disagg_mode)))},
           {"model", w->record.model_name},
-          {"cached_blocks", cached[r]},
+          {"cached_blocks", cached[r][0]},
+          {"cached_blocks_by_tier",
+           {{"device", cached[r][1]}, {"host", cached[r][2]}, {"disk", cached[r][3]}}},
           {"hit_rate_1m", rate(window.hit_blocks, window.request_blocks)},
           {"hit_blocks_1m", window.hit_blocks},
           {"request_blocks_1m", window.request_blocks},
@@ -407,7 +415,7 @@ std::string AdminViews::FleetJson() const {
           {"prediction_drifting", predictions[r].drifting},
           {"decode_demand_tokens", demand.empty() ? json(nullptr) : json(demand[r].first)},
           {"decode_demand_requests", demand.empty() ? json(nullptr) : json(demand[r].second)}};
-      cached_total += cached[r];
+      cached_total += cached[r][0];
       active_total += load[r].active_blocks;
       pending_total += load[r].pending_prefill_blocks;
       requests_total += load[r].requests;

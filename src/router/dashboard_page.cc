@@ -161,7 +161,9 @@ function chart(id, series, opts) {
 
 const targetCols = [
   ["target", t => t.target], ["role", t => t.role], ["model", t => t.model || "\u2013"],
-  ["cached blocks", t => num(t.cached_blocks)], ["hit rate 1m", t => pct(t.hit_rate_1m)],
+  ["cached blocks", t => num(t.cached_blocks)],
+  ["device / host / disk", t => [t.cached_blocks_by_tier.device, t.cached_blocks_by_tier.host,
+                                 t.cached_blocks_by_tier.disk].map(v => num(v)).join(" / ")], ["hit rate 1m", t => pct(t.hit_rate_1m)],
   ["picks/s", t => num(t.picks_per_s, 1)], ["picks 1m", t => num(t.picks_1m)],
   ["active blocks", t => num(t.active_blocks)],
   ["pending prefill", t => num(t.pending_prefill_blocks, 1)],

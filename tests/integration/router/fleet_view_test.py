@@ -60,6 +60,7 @@ def test_default_and_fleet_shape():
         names = sorted(t["target"] for t in f["targets"])
         check(names == sorted(f"127.0.0.1:{e['port']}" for e in fleet), "every target listed")
         target_keys = {"target", "worker_id", "dp_rank", "role", "model", "cached_blocks",
+                       "cached_blocks_by_tier",
                        "hit_rate_1m", "hit_blocks_1m", "request_blocks_1m", "picks_1m",
                        "picks_per_s", "active_blocks", "pending_prefill_blocks",
                        "inflight_requests", "prefilling_requests", "breaker", "health",
@@ -67,6 +68,11 @@ def test_default_and_fleet_shape():
                        "decode_demand_tokens", "decode_demand_requests"}
         check(all(set(t) == target_keys for t in f["targets"]), "every target's keys")
         picked = [t for t in f["targets"] if t["picks_1m"] > 0]
+        check(all(set(t["cached_blocks_by_tier"]) == {"device", "host", "disk"} and
+                  t["cached_blocks_by_tier"]["device"] <= t["cached_blocks"]
+                  for t in f["targets"]), "cached blocks by tier")
+        check(any(t["cached_blocks_by_tier"]["device"] > 0 for t in picked),
+              "the picked target's view holds device blocks")
         check(sum(t["picks_1m"] for t in f["targets"]) == 3, "3 picks counted over the minute")
         # The same prompt three times: the 2nd and 3rd hit its 6 blocks (events permitting:
         # the view learns them from the engine's KV events, so at least the request blocks).
