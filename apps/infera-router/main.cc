@@ -215,6 +215,9 @@ int main(int argc, char** argv) {
                  "/ready answers 503 \"starting\" until the KV views are first rebuilt at start "
                  "(engines' replay sockets, or the JetStream stream); /health never waits")
       ->capture_default_str();
+  app.add_flag("--route-receipt", opt.route_receipt,
+               "Answers carry X-Infera-Route: the chosen target, role, cache_hits, "
+               "request_blocks, the cost terms and the runner-up's cost (doc/router.md)");
   app.add_option("--kv-events-topic", opt.kv_events_topic,
                  "ZMQ subscription topic prefix (empty: all)");
   std::string tenant_salt_spec, tenant_salt_key_file;

@@ -1921,6 +1921,11 @@ size_t KvIndex::BlockCount(TargetId id) const {
   return t ? t->block_count : 0;
 }
 
+size_t KvIndex::TierBlockCount(TargetId id, Tier tier) const {
+  const Impl::Target* t = impl_->Live(id);
+  return t ? t->tier_entries[static_cast<size_t>(tier)] : 0;
+}
+
 size_t KvIndex::EntryCount() const { return impl_->entries; }
 
 size_t KvIndex::DistinctHashCount() const { return impl_->rows.size() - impl_->kept_rows; }

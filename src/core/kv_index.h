@@ -210,6 +210,9 @@ class KvIndex {
 
   // Distinct router hashes the target holds (on any tier): the admin cache view.
   size_t BlockCount(TargetId id) const;
+  // Blocks the target holds on `tier` (a block on two tiers counts on each): the
+  // fleet view's cached blocks by tier.
+  size_t TierBlockCount(TargetId id, Tier tier) const;
   // (target, hash) entries across all targets.
   size_t EntryCount() const;
   // Distinct router hashes across all targets (rows of the global table).

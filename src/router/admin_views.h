@@ -14,6 +14,9 @@
 //   /v1/admin/cache-view/{id}       {"worker_id","dp_rank","target","block_count"}
 //                                   (?dp_rank=R; absent: the worker's first rank)
 //   /metrics                        RouterMetrics + fleet gauges + KV-event counters
+//   /v1/admin/fleet                 the dashboard's feed: per target, totals, the
+//                                   last picks and per-second series (FleetJson;
+//                                   doc/operations.md "Dashboard")
 // Every view reads one fleet snapshot; active blocks take the pick mutex briefly,
 // cache views the index's shared lock.
 //
@@ -27,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "events/kv_event_source.h"
 #include "events/shared_kv_index.h"
 #include "router/pick_planner.h"
@@ -72,6 +76,9 @@ class AdminViews {
   std::optional<std::string> CacheViewJson(const std::string& worker_id,
                                            std::optional<uint32_t> dp_rank) const;
   std::string MetricsText() const;
+  // GET /v1/admin/fleet: the fleet now (the /v1/workers and /metrics figures per
+  // target), RouterMetrics::history()'s series and last picks.
+  std::string FleetJson() const;
 
  private:
   // The infera_router_prediction_* families, one series per target.
@@ -91,6 +98,11 @@ class AdminViews {
   const Readiness& readiness_;
   const core::Clock& clock_;
   const ReplicaSync* replica_ = nullptr;
+  // The fleet view's event idle time: the KV-event message count it last saw and
+  // when that count last moved (sampled at each FleetJson).
+  mutable absl::Mutex events_seen_mu_;
+  mutable uint64_t events_seen_ ABSL_GUARDED_BY(events_seen_mu_) = 0;
+  mutable int64_t events_moved_ns_ ABSL_GUARDED_BY(events_seen_mu_) = -1;
   std::vector<std::function<void(std::string&)>> more_metrics_;
 };
 

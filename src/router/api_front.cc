@@ -5,6 +5,7 @@
 
 #include "router/anthropic.h"
 #include "router/api_errors.h"
+#include "router/dashboard_page.h"
 
 namespace infera::router {
 namespace {
@@ -14,7 +15,7 @@ constexpr std::string_view kCacheViewPrefix = "/v1/admin/cache-view/";
 bool KnownPath(std::string_view path) {
   return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/messages" ||
          path == "/health" || path == "/ready" || path == "/v1/models" || path == "/v1/workers" ||
-         path == "/metrics";
+         path == "/metrics" || path == "/v1/admin/fleet" || path == "/dashboard";
 }
 
 }  // namespace
@@ -45,7 +46,11 @@ http::Awaitable<void> ApiFront::Handle(http::Request& req, http::ResponseWriter&
     }
   }
   if (auth_.Protects(path) && !auth_.Allows(req.headers.Get("Authorization"))) {
-    co_await SendUnauthorized(w, !req.headers.Get("Authorization").empty(), request_id);
+    // A browser opening the dashboard cannot send the header itself: it gets the 401
+    // as a page that fetches /dashboard with the token from its #token= fragment.
+    const bool browser = path == "/dashboard" &&
+                         req.headers.Get("Accept").find("text/html") != std::string_view::npos;
+    co_await SendUnauthorized(w, !req.headers.Get("Authorization").empty(), request_id, browser);
     co_return;
   }
   const bool post = req.method == "POST";
@@ -69,6 +74,14 @@ http::Awaitable<void> ApiFront::Handle(http::Request& req, http::ResponseWriter&
     http::Headers h;
     h.Add("Content-Type", "text/plain; version=0.0.4");
     co_await w.Send(200, std::move(h), views_.MetricsText());
+  } else if (get && path == "/v1/admin/fleet") {
+    co_await SendJson(w, 200, views_.FleetJson(), request_id);
+  } else if (get && path == "/dashboard") {
+    http::Headers h;
+    h.Add("Content-Type", "text/html; charset=utf-8");
+    h.Add("Cache-Control", "no-cache");
+    h.Add("X-Infera-Request-Id", request_id);
+    co_await w.Send(200, std::move(h), std::string(DashboardHtml()));
   } else if (get && path.starts_with(kCacheViewPrefix)) {
     co_await CacheView(req, w, path.substr(kCacheViewPrefix.size()), request_id);
   } else {
@@ -85,14 +98,20 @@ http::Awaitable<void> ApiFront::Handle(http::Request& req, http::ResponseWriter&
 }
 
 http::Awaitable<void> ApiFront::SendUnauthorized(http::ResponseWriter& w, bool presented,
-                                                 const std::string& request_id) {
+                                                 const std::string& request_id, bool browser) {
   // RFC 6750 §3: a request without credentials gets the bare challenge; one with wrong
   // credentials gets error="invalid_token". The protected paths are none of Anthropic's.
   http::Headers h;
-  h.Add("Content-Type", "application/json");
   h.Add("WWW-Authenticate", presented ? "Bearer realm=\"infera-router\", error=\"invalid_token\""
                                       : "Bearer realm=\"infera-router\"");
   h.Add("X-Infera-Request-Id", request_id);
+  if (browser) {
+    h.Add("Content-Type", "text/html; charset=utf-8");
+    h.Add("Cache-Control", "no-store");
+    co_await w.Send(401, std::move(h), std::string(DashboardTokenPage()));
+    co_return;
+  }
+  h.Add("Content-Type", "application/json");
   co_await w.Send(401, std::move(h),
                   OpenAiErrorBody(401,
                                   presented ? "invalid admin token: this path needs "

@@ -2,7 +2,9 @@
 //
 //   POST /v1/chat/completions, /v1/completions, /v1/messages -> RequestPipeline
 //   GET|HEAD /health, /ready, /v1/models, /v1/workers, /metrics,
-//            /v1/admin/cache-view/{worker_id}?dp_rank=R       -> AdminViews
+//            /v1/admin/cache-view/{worker_id}?dp_rank=R,
+//            /v1/admin/fleet                                  -> AdminViews
+//   GET|HEAD /dashboard                                       -> DashboardHtml()
 //   a known path with another method -> 405; anything else -> 404
 // With an admin token (AdminAuth) a protected path without it -> 401, before routing.
 // Every answer carries X-Infera-Request-Id: the client's (at most 128 bytes) or a
@@ -37,7 +39,7 @@ class ApiFront {
  private:
   // 401 in OpenAI's shape with a WWW-Authenticate: Bearer challenge.
   http::Awaitable<void> SendUnauthorized(http::ResponseWriter& w, bool presented,
-                                         const std::string& request_id);
+                                         const std::string& request_id, bool browser);
   http::Awaitable<void> CacheView(http::Request& req, http::ResponseWriter& w,
                                   std::string_view worker_id, const std::string& request_id);
 

@@ -154,6 +154,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
   if (pick.policy == core::Policy::kKvAware) {
     metrics_.cache_control().CountPick(ctx.api.cache_retention, !ctx.api.image_keys.empty());
   }
+  Receipt(ctx, pick_start_ns, pick.policy, {LegReceiptOf(pick)});
   if (first) {
     const int64_t now_ns = clock_.NowNs();
     metrics_.ObserveStages(ctx.parse_s, ctx.tokenize_s, (now_ns - pick_start_ns) * 1e-9,
@@ -261,6 +262,10 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
   };
   if (prefill_owner != nullptr) add_leg(prefill_owner, *pd.prefill);
   add_leg(main_owner, pd.main);
+  absl::InlinedVector<RouteLegReceipt, 2> legs;
+  if (pd.prefill) legs.push_back(LegReceiptOf(*pd.prefill));
+  legs.push_back(LegReceiptOf(pd.main));
+  Receipt(ctx, pick_start_ns, pd.main.policy, std::move(legs));
   switch (main_owner->record.pd_protocol) {
     case discovery::PdProtocol::kSglangBootstrap:
       plan.protocol = PlanProtocol::kSglangBootstrap;
@@ -283,6 +288,25 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
   }
   if (on_plan_) on_plan_();
   return plan;
+}
+
+void PickPlanner::Receipt(RequestContext& ctx, int64_t at_ns, core::Policy policy,
+                          absl::InlinedVector<RouteLegReceipt, 2> legs) {
+  RouteReceipt receipt{at_ns, ctx.request_id, policy, std::move(legs)};
+  if (route_receipt_) ctx.route_receipt = FormatRouteReceipt(receipt);
+  metrics_.history().RecordPick(std::move(receipt));
+}
+
+std::vector<PickPlanner::TargetLoad> PickPlanner::LoadOf(const FleetWorker& worker) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<TargetLoad> out;
+  out.reserve(worker.targets.size());
+  for (core::TargetId t : worker.targets) {
+    const core::LoadState& load = selector_.load();
+    out.push_back({load.ActiveBlocks(t), load.PendingPrefillBlocks(t), load.Requests(t),
+                   load.PrefillingRequests(t)});
+  }
+  return out;
 }
 
 void PickPlanner::EnableApprox(const core::ApproxConfig& config, events::SharedKvIndex& index) {

@@ -46,6 +46,7 @@
 #include "router/approx_recorder.h"
 #include "router/decode_demand_routing.h"
 #include "router/fleet.h"
+#include "router/fleet_history.h"
 #include "router/pick_plan.h"
 #include "router/request_context.h"
 #include "router/session_binder.h"
@@ -139,6 +140,19 @@ class PickPlanner {
   // Called after every plan, outside the pick mutex (the replica sync's wake-up).
   // Set it once, before the first plan.
   void set_on_plan(std::function<void()> on_plan) { on_plan_ = std::move(on_plan); }
+  // --route-receipt: every plan sets ctx.route_receipt (the X-Infera-Route value).
+  // Set it once, before the first plan. Receipts go to the fleet view either way.
+  void set_route_receipt(bool on) { route_receipt_ = on; }
+
+  // This replica's load on one target, as the fleet view shows it.
+  struct TargetLoad {
+    size_t active_blocks = 0;
+    double pending_prefill_blocks = 0;
+    size_t requests = 0;             // in flight (guards not yet released)
+    size_t prefilling_requests = 0;  // of those, not yet past their prefill
+  };
+  // The load of each target of `worker`, in rank order.
+  std::vector<TargetLoad> LoadOf(const FleetWorker& worker) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // The candidate filter of a plan: model, (mixed plans) disagg_mode, retired, tried,
@@ -149,6 +163,9 @@ class PickPlanner {
   // Whether some worker of `fleet` lists `model` among its LoRA adapters; sets
   // ctx.hash_keys.adapter accordingly.
   static bool ResolveAdapter(const Fleet& fleet, RequestContext& ctx);
+  // One plan's route receipt: to the fleet view's history, and to ctx with --route-receipt.
+  void Receipt(RequestContext& ctx, int64_t at_ns, core::Policy policy,
+               absl::InlinedVector<RouteLegReceipt, 2> legs) ABSL_LOCKS_EXCLUDED(mu_);
 
   const events::SharedKvIndex& index_;
   const core::Clock& clock_;
@@ -170,6 +187,7 @@ class PickPlanner {
   // planner's pin seam), records the picks.
   SessionBinder sessions_ ABSL_GUARDED_BY(mu_);
   std::function<void()> on_plan_;
+  bool route_receipt_ = false;
 };
 
 }  // namespace infera::router

@@ -39,6 +39,12 @@ std::string ErrorEvent(ResponseTransform* transform, const std::string& message)
                               : "data: " + OpenAiErrorBody(502, message, nullptr) + "\n\n";
 }
 
+// The answer's first byte goes to the client now (the fleet view's time to first byte).
+void MarkFirstByte(RequestContext& ctx) {
+  if (ctx.first_byte_ns == 0 && ctx.relay.clock != nullptr)
+    ctx.first_byte_ns = ctx.relay.clock->NowNs();
+}
+
 }  // namespace
 
 http::Awaitable<void> Relay::Run(RequestContext& ctx, UpstreamResponse& response,
@@ -47,6 +53,7 @@ http::Awaitable<void> Relay::Run(RequestContext& ctx, UpstreamResponse& response
   http::Headers out;
   out.Add("X-Infera-Request-Id", ctx.request_id);
   out.Add("X-Infera-Worker-Id", worker_id);
+  if (!ctx.route_receipt.empty()) out.Add("X-Infera-Route", ctx.route_receipt);
   const bool sse = response.headers().Get("Content-Type").starts_with("text/event-stream");
   ctx.status = response.status();
   if (response.status() != 200 || !sse) {
@@ -105,6 +112,7 @@ http::Awaitable<void> Relay::Whole(RequestContext& ctx, UpstreamResponse& respon
       out.Add("Content-Type",
               content_type.empty() ? "application/json" : std::string(content_type));
     }
+    MarkFirstByte(ctx);
     co_await w.Send(status, std::move(out), std::move(body));
     if (w.client_gone()) ctx.outcome = Outcome::kCancelled;
     co_return;
@@ -132,6 +140,7 @@ http::Awaitable<void> Relay::Whole(RequestContext& ctx, UpstreamResponse& respon
     co_return;
   }
   if (probe) feedback->usage.BodyPiece(body);
+  MarkFirstByte(ctx);
   if (!co_await w.WriteChunk(body)) {
     response.Cancel();
     ctx.End(Outcome::kCancelled, 499);
@@ -226,6 +235,7 @@ http::Awaitable<void> Relay::Stream(RequestContext& ctx, UpstreamResponse& respo
     const bool within = framer.Feed(**piece, events);
     if (!events.empty()) {
       if (feedback != nullptr) feedback->usage.Chunk(events);
+      MarkFirstByte(ctx);
       const bool ok = transform != nullptr ? co_await w.WriteChunk(transform->Chunk(events))
                                            : co_await w.WriteChunk(events);
       if (!ok) {

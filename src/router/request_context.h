@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/hashing.h"
 #include "core/types.h"
 #include "http/client.h"
@@ -47,6 +48,7 @@ struct RelayLimits {
   size_t max_sse_event_bytes = 16u << 20;   // --max-sse-event-bytes
   size_t max_translated_bytes = 16u << 20;  // --max-translated-response-bytes
   RouterMetrics* metrics = nullptr;         // infera_router_relay_cut_total (null: none)
+  const core::Clock* clock = nullptr;       // stamps first_byte_ns (null: not stamped)
 };
 
 struct RequestContext {
@@ -81,6 +83,13 @@ struct RequestContext {
 
   // Cancels the upstream exchange when the client disconnects.
   std::shared_ptr<http::Cancellation> cancel;
+
+  // --route-receipt: the X-Infera-Route value of the last plan (FormatRouteReceipt);
+  // empty: the header is not sent.
+  std::string route_receipt;
+  // When the answer's first byte went to the client (stream: its first event; whole
+  // answer: the answer); 0: none yet. The fleet view's time to first byte.
+  int64_t first_byte_ns = 0;
 
   Outcome outcome = Outcome::kSuccess;
   int status = 200;        // the status the client got (499: it went away)

@@ -77,6 +77,7 @@ RequestPipeline::RequestPipeline(PipelineOptions options, const PromptEncoder& e
       pool_(pool),
       tenant_salt_(tenant_salt) {
   options_.relay.metrics = &metrics_;
+  options_.relay.clock = &clock_;
 }
 
 http::Awaitable<void> RequestPipeline::Serve(ApiKind kind, http::Request& req,
@@ -86,6 +87,7 @@ http::Awaitable<void> RequestPipeline::Serve(ApiKind kind, http::Request& req,
   ctx.kind = kind;
   ctx.request_id = std::move(request_id);
   metrics_.RequestStarted();
+  metrics_.history().RequestStarted(ctx.start_ns);
   // No exception leaves a request unaccounted: whatever a stage throws (a library
   // on input it did not expect, bad_alloc), the client gets a 500 in its API's shape
   // (or an in-band error once streaming), and the request is counted and leaves the
@@ -105,6 +107,9 @@ http::Awaitable<void> RequestPipeline::Serve(ApiKind kind, http::Request& req,
     }
   }
   metrics_.RequestEnded(kind, ctx.status, ctx.outcome, SecondsSince(ctx.start_ns));
+  std::optional<double> ttft;
+  if (ctx.first_byte_ns != 0) ttft = (ctx.first_byte_ns - ctx.start_ns) * 1e-9;
+  metrics_.history().RequestEnded(clock_.NowNs(), ttft);
 }
 
 http::Awaitable<void> RequestPipeline::Run(RequestContext& ctx, http::Request& req,

@@ -80,6 +80,7 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
       options_.policy, index_, *clock_, *metrics_,
       core::PdConfig{.min_uncached_tokens = options_.pd.min_uncached_tokens}, options_.sessions,
       options_.demand);
+  planner_->set_route_receipt(options_.route_receipt);
   if (approx) {
     planner_->EnableApprox(options_.approx, index_);
     spdlog::info(

@@ -120,6 +120,8 @@ struct RouterOptions {
   // /dashboard* (and /metrics with --protect-metrics) need `Authorization: Bearer` it.
   std::string admin_token;
   bool protect_metrics = false;
+  // --route-receipt (doc/router.md "Route receipt"): answers carry X-Infera-Route.
+  bool route_receipt = false;
 };
 
 // What the router takes from its environment; the defaults are the real ones.

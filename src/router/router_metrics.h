@@ -17,6 +17,7 @@
 #include "core/selector.h"
 #include "router/api_request.h"
 #include "router/cache_control.h"
+#include "router/fleet_history.h"
 #include "router/metrics.h"
 #include "router/pd_metrics.h"
 #include "router/request_context.h"
@@ -92,6 +93,9 @@ class RouterMetrics {
   PdMetrics& pd() { return pd_; }
   SessionMetrics& sessions() { return sessions_; }
   CacheControlMetrics& cache_control() { return cache_control_; }
+  // The fleet view's history: last picks, per-second series (GET /v1/admin/fleet).
+  FleetHistory& history() { return history_; }
+  const FleetHistory& history() const { return history_; }
 
   // The families above and infera_request_inflight, in exposition format.
   void Render(std::string& out) const;
@@ -102,6 +106,7 @@ class RouterMetrics {
   PdMetrics pd_;
   SessionMetrics sessions_;
   CacheControlMetrics cache_control_;
+  FleetHistory history_;
   std::atomic<int64_t> tokenize_jobs_{0};
 
   CounterFamily requests_total_{"infera_router_requests_total",

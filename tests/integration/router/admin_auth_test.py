@@ -90,7 +90,15 @@ def main():
               "GET /v1/admin/cache-view with the token (scheme in lower case): 200")
         for path in ("/v1/admin/fleet", "/dashboard"):
             status = http("GET", base + path, headers=good)[0]
-            check(status in (200, 404), f"GET {path} with the token passes the guard ({status})")
+            check(status == 200, f"GET {path} with the token: 200 ({status})")
+        # A browser opening the dashboard (Accept: text/html, no header): the 401 is a
+        # page that reads #token= and fetches /dashboard with it; no fleet data in it.
+        status, body, h = http("GET", base + "/dashboard",
+                               headers={"Accept": "text/html,application/xhtml+xml"})
+        check(status == 401 and h.get("Content-Type", "").startswith("text/html") and
+              "#token=" in body and "Bearer" in body and worker_id not in body and
+              h.get("WWW-Authenticate", "").startswith("Bearer"),
+              "GET /dashboard from a browser without the token: 401, the token page")
         for path in ("/health", "/ready", "/metrics", "/v1/models"):
             check(http("GET", base + path)[0] == 200, f"GET {path} open: 200")
         status, _, _ = http("POST", base + "/v1/completions",
