@@ -24,7 +24,7 @@ import threading
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Processes, check, http as http_json, poll, start_engine, start_router, worker_flag  # noqa: E402,E501
+from harness import Processes, check, debug_requests, http as http_json, metric, poll, start_engine, start_router, worker_flag  # noqa: E402,E501
 
 BUILD = sys.argv[1]
 ENGINE = os.path.join(BUILD, "apps/infera-mock-engine/infera-mock-engine")
@@ -33,21 +33,8 @@ PROMPT = list(range(1, 200))
 MAX_TOKENS = 12
 
 
-def url(fields, path=""):
-    return f"http://127.0.0.1:{fields['port']}{path}"
-
-
-def debug_requests(fields):
-    status, body, _ = http_json("GET", url(fields, "/debug/requests"))
-    check(status == 200, "GET /debug/requests")
-    return [r["body"] for r in json.loads(body)]
-
-
-def sample(base, name):
-    """The value of the sample line `name` (labels included) on base's /metrics."""
-    status, body, _ = http_json("GET", base + "/metrics")
-    m = re.search(r"^" + re.escape(name) + r" (\S+)$", body, re.M)
-    return float(m.group(1)) if status == 200 and m else None
+def url(fields):
+    return f"http://127.0.0.1:{fields['port']}"
 
 
 def fleet(procs, protocol):
@@ -117,7 +104,7 @@ def test_protocol(protocol, stream):
         # After the prefill leg (the KV is held), before the decode's first byte (its
         # transfer takes 1.4 s): the decode engine that has the leg is the victim.
         def victim():
-            if (sample(url(p), "infera_mock_pd_kv_held_total") or 0) < 1:
+            if (metric(url(p), "infera_mock_pd_kv_held_total") or 0) < 1:
                 return None
             got = [i for i, (_, d) in enumerate(decodes) if debug_requests(d)]
             return got[0] if len(got) == 1 else None
@@ -126,7 +113,7 @@ def test_protocol(protocol, stream):
         v = victim()
         vproc, vfields = decodes[v]
         _, survivor = decodes[1 - v]
-        check(sample(url(vfields), "infera_mock_pd_kv_received_total") == 0,
+        check(metric(url(vfields), "infera_mock_pd_kv_received_total") == 0,
               f"{protocol}: the victim has not finished its KV transfer (no byte answered)")
         vproc.p.kill()
         vproc.p.wait()
@@ -136,7 +123,7 @@ def test_protocol(protocol, stream):
         sid = f"127.0.0.1:{survivor['port']}"
         check(out["worker"] == sid, f"{protocol}: answered by the survivor {sid} ({out})")
         check(len(debug_requests(survivor)) == 1 and
-              sample(url(survivor), "infera_mock_pd_kv_received_total") == 1,
+              metric(url(survivor), "infera_mock_pd_kv_received_total") == 1,
               f"{protocol}: the survivor got one decode leg and its KV")
         pre = debug_requests(p)
         check(len(pre) == 2, f"{protocol}: the prefill leg went again for the new pair")
@@ -146,7 +133,7 @@ def test_protocol(protocol, stream):
         if protocol == "sglang-bootstrap":
             check(pre[0]["bootstrap_room"] != pre[1]["bootstrap_room"],
                   f"{protocol}: the new pair's own bootstrap room")
-        check(sample(router, f'infera_router_failovers_total{{worker_id="{sid}"}}') == 1,
+        check(metric(router, f'infera_router_failovers_total{{worker_id="{sid}"}}') == 1,
               f"{protocol}: one failover, counted on the survivor")
         workers = [p, vfields, survivor]
 
@@ -155,7 +142,7 @@ def test_protocol(protocol, stream):
             inflight = re.search(r"^infera_request_inflight\{[^}]*\} (\S+)$", m, re.M)
             if inflight is None or float(inflight.group(1)) != 0:
                 return False
-            return all(sample(router, f'infera_policy_active_blocks{{worker_id="127.0.0.1:'
+            return all(metric(router, f'infera_policy_active_blocks{{worker_id="127.0.0.1:'
                                       f'{f["port"]}"}}') == 0 for f in workers)
         poll(gauges_zero, f"{protocol}: in-flight requests and active blocks back to 0")
         print(f"{protocol}: decode killed before its first byte, answered by {sid}", flush=True)
