@@ -36,17 +36,18 @@ absl::Status EtcdDiscovery::Start(DiscoveryCallbacks callbacks) {
 
 void EtcdDiscovery::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     stopping_ = true;
   }
-  stop_cv_.notify_all();
+  stop_cv_.NotifyAll();
   if (client_ != nullptr) client_->Cancel();
   if (thread_.joinable()) thread_.join();
 }
 
 bool EtcdDiscovery::SleepMs(int64_t delay_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return !stop_cv_.wait_for(lock, std::chrono::milliseconds(delay_ms), [&] { return stopping_; });
+  base::MutexLock lock(mu_);
+  return !stop_cv_.WaitFor(mu_, delay_ms,
+                           [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; });
 }
 
 void EtcdDiscovery::Run(DiscoveryCallbacks callbacks) {

@@ -22,12 +22,11 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "base/mutex.h"
 #include "discovery/discovery.h"
 #include "discovery/etcd_client.h"
 
@@ -66,9 +65,9 @@ class EtcdDiscovery final : public Discovery {
   EtcdDiscoveryOptions options_;
   std::unique_ptr<EtcdClient> client_;
   std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable stop_cv_;
-  bool stopping_ = false;  // guarded by mu_
+  base::Mutex mu_;
+  base::CondVar stop_cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> snapshot_count_{0};
   std::atomic<int64_t> error_count_{0};
   std::atomic<int64_t> rejected_record_count_{0};

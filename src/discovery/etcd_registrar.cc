@@ -45,21 +45,21 @@ void EtcdRegistrar::Start() {
 
 absl::Status EtcdRegistrar::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     if (stopped_) return absl::OkStatus();
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   client_->Cancel();
   if (thread_.joinable()) thread_.join();
   int64_t lease_id = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     lease_id = lease_id_;
     lease_id_ = 0;
     stopped_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (lease_id == 0) return absl::OkStatus();
   // The loop's client is cancelled; revoke through a fresh one.
   EtcdClientOptions revoke_options = options_.client;
@@ -77,13 +77,14 @@ absl::Status EtcdRegistrar::Stop() {
 }
 
 bool EtcdRegistrar::SleepMs(int64_t delay_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return !cv_.wait_for(lock, std::chrono::milliseconds(delay_ms), [&] { return stopping_; });
+  base::MutexLock lock(mu_);
+  return !cv_.WaitFor(mu_, delay_ms,
+                      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; });
 }
 
 bool EtcdRegistrar::WaitUntilRegistered(int64_t timeout_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
+  base::MutexLock lock(mu_);
+  return cv_.WaitFor(mu_, timeout_ms, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return lease_id_ != 0 || stopping_;
   }) && lease_id_ != 0;
 }
@@ -91,7 +92,7 @@ bool EtcdRegistrar::WaitUntilRegistered(int64_t timeout_ms) {
 bool EtcdRegistrar::registered() const { return lease_id() != 0; }
 
 int64_t EtcdRegistrar::lease_id() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   return lease_id_;
 }
 
@@ -105,10 +106,10 @@ absl::Status EtcdRegistrar::Register() {
     return put.status();
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     lease_id_ = lease->id;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   registration_count_.fetch_add(1);
   spdlog::info("etcd registrar: registered {} with lease {:x} (TTL {} s) at {}", key_, lease->id,
                lease->ttl_s, client_->current_endpoint());
@@ -142,7 +143,7 @@ void EtcdRegistrar::Run() {
     }
     if (alive.ok() || alive.status().code() == absl::StatusCode::kNotFound) {
       spdlog::warn("etcd registrar: lease {:x} of {} is gone; registering again", lease_id(), key_);
-      std::lock_guard<std::mutex> lock(mu_);
+      base::MutexLock lock(mu_);
       lease_id_ = 0;
       continue;
     }

@@ -23,13 +23,12 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 #include "discovery/etcd_client.h"
 #include "discovery/worker_record.h"
 
@@ -80,11 +79,11 @@ class EtcdRegistrar {
   const std::string value_;
   std::unique_ptr<EtcdClient> client_;
   std::thread thread_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // guarded by mu_
-  bool stopped_ = false;   // guarded by mu_: Stop() finished
-  int64_t lease_id_ = 0;   // guarded by mu_; 0 = not registered
+  mutable base::Mutex mu_;
+  base::CondVar cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // Stop() finished
+  int64_t lease_id_ ABSL_GUARDED_BY(mu_) = 0;  // 0 = not registered
   std::atomic<int64_t> registration_count_{0};
 };
 

@@ -43,8 +43,9 @@ void KubeRegistrar::Start() {
 }
 
 bool KubeRegistrar::SleepMs(int64_t delay_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return !stop_cv_.wait_for(lock, std::chrono::milliseconds(delay_ms), [&] { return stopping_; });
+  base::MutexLock lock(mu_);
+  return !stop_cv_.WaitFor(mu_, delay_ms,
+                           [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; });
 }
 
 void KubeRegistrar::Run() {
@@ -72,11 +73,11 @@ void KubeRegistrar::Run() {
 
 absl::Status KubeRegistrar::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     if (stopping_ && !thread_.joinable()) return absl::OkStatus();
     stopping_ = true;
   }
-  stop_cv_.notify_all();
+  stop_cv_.NotifyAll();
   client_->Cancel();
   if (thread_.joinable()) thread_.join();
   // A fresh client: the loop's is cancelled.

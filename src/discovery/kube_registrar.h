@@ -22,13 +22,12 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 #include "discovery/kube_client.h"
 #include "discovery/worker_record.h"
 
@@ -68,9 +67,9 @@ class KubeRegistrar {
   KubeRegistrarOptions options_;
   std::unique_ptr<KubeClient> client_;
   std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable stop_cv_;
-  bool stopping_ = false;  // guarded by mu_
+  base::Mutex mu_;
+  base::CondVar stop_cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> patch_count_{0};
 };
 

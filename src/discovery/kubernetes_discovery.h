@@ -30,12 +30,11 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "base/mutex.h"
 #include "discovery/discovery.h"
 #include "discovery/kube_client.h"
 
@@ -73,9 +72,9 @@ class KubernetesDiscovery final : public Discovery {
   KubernetesDiscoveryOptions options_;
   std::unique_ptr<KubeClient> client_;
   std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable stop_cv_;
-  bool stopping_ = false;  // guarded by mu_
+  base::Mutex mu_;
+  base::CondVar stop_cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> list_count_{0}, gone_count_{0}, bookmark_count_{0}, error_count_{0},
       rejected_record_count_{0};
 };

@@ -73,14 +73,14 @@ core::TargetId KvEventIngestor::AddTarget(const IngestTarget& target) {
   IngestTarget spec = target;
   if (spec.block_size == 0) spec.block_size = 16;
   const std::string name = spec.key.ToString();
-  std::lock_guard<std::mutex> lock(registry_mu_);
+  base::MutexLock lock(registry_mu_);
   auto it = registry_.find(name);
   if (it != registry_.end()) {
     if (it->second->spec == spec) return it->second->id;
     std::shared_ptr<Conn> old = it->second;
     registry_.erase(it);
     {
-      std::unique_lock<WriterPriorityMutex> index_lock(index_mu_);
+      WriterLock index_lock(index_mu_);
       old->alive = false;
       index_.RemoveTarget(old->id);
     }
@@ -93,7 +93,7 @@ core::TargetId KvEventIngestor::AddTarget(const IngestTarget& target) {
     initial_replays_pending_.fetch_add(1);
   }
   {
-    std::unique_lock<WriterPriorityMutex> index_lock(index_mu_);
+    WriterLock index_lock(index_mu_);
     conn->id = index_.AddTarget(spec.key, spec.block_size);
     index_.SetMaxBlocks(conn->id, spec.max_blocks);
   }
@@ -103,13 +103,13 @@ core::TargetId KvEventIngestor::AddTarget(const IngestTarget& target) {
 }
 
 void KvEventIngestor::RemoveTarget(const core::TargetKey& key) {
-  std::lock_guard<std::mutex> lock(registry_mu_);
+  base::MutexLock lock(registry_mu_);
   auto it = registry_.find(key.ToString());
   if (it == registry_.end()) return;
   std::shared_ptr<Conn> conn = it->second;
   registry_.erase(it);
   {
-    std::unique_lock<WriterPriorityMutex> index_lock(index_mu_);
+    WriterLock index_lock(index_mu_);
     conn->alive = false;
     index_.RemoveTarget(conn->id);
   }
@@ -117,14 +117,14 @@ void KvEventIngestor::RemoveTarget(const core::TargetKey& key) {
 }
 
 std::optional<core::TargetId> KvEventIngestor::FindTarget(const core::TargetKey& key) const {
-  std::lock_guard<std::mutex> lock(registry_mu_);
+  base::MutexLock lock(registry_mu_);
   auto it = registry_.find(key.ToString());
   if (it == registry_.end()) return std::nullopt;
   return it->second->id;
 }
 
 std::vector<IngestTargetStatus> KvEventIngestor::TargetStatuses() const {
-  std::lock_guard<std::mutex> lock(registry_mu_);
+  base::MutexLock lock(registry_mu_);
   std::vector<IngestTargetStatus> out;
   for (const auto& [name, c] : registry_) {
     IngestTargetStatus s;
@@ -210,7 +210,7 @@ void KvEventIngestor::RunLoop() {
 void KvEventIngestor::DrainCommands(std::vector<std::shared_ptr<Conn>>& conns) {
   std::deque<Command> commands;
   {
-    std::lock_guard<std::mutex> lock(registry_mu_);
+    base::MutexLock lock(registry_mu_);
     commands.swap(commands_);
   }
   for (Command& cmd : commands) {

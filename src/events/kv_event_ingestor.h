@@ -62,13 +62,13 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "core/kv_index.h"
 #include "core/types.h"
 #include "events/kv_event_source.h"
@@ -149,7 +149,7 @@ class KvEventIngestor final : public KvEventSource {
   // REQUIRES: f does not call back into this ingestor.
   template <class F>
   auto WithIndex(F&& f) const {
-    std::shared_lock<WriterPriorityMutex> lock(index_mu_);
+    ReaderLock lock(index_mu_);
     return f(static_cast<const core::KvIndex&>(index_));
   }
 
@@ -201,13 +201,14 @@ class KvEventIngestor final : public KvEventSource {
 
   std::unique_ptr<SharedKvIndex> owned_index_;  // when constructed without an index
   WriterPriorityMutex& index_mu_;               // guards index_ and Conn::alive
-  core::KvIndex& index_;
+  core::KvIndex& index_ ABSL_GUARDED_BY(index_mu_);
   log::RateLimitedLog log_;
   StreamApplier applier_;
 
-  mutable std::mutex registry_mu_;                         // guards registry_, commands_
-  std::map<std::string, std::shared_ptr<Conn>> registry_;  // by TargetKey::ToString()
-  std::deque<Command> commands_;
+  mutable base::Mutex registry_mu_;
+  // By TargetKey::ToString().
+  std::map<std::string, std::shared_ptr<Conn>> registry_ ABSL_GUARDED_BY(registry_mu_);
+  std::deque<Command> commands_ ABSL_GUARDED_BY(registry_mu_);
 
   // Ingestion thread only: replays in flight, and targets waiting for a slot.
   int active_replays_ = 0;

@@ -19,7 +19,7 @@ NatsEventSource::NatsEventSource(SharedKvIndex& index, NatsSourceOptions options
   // with that reset inside libnats 3.4 (a heap-use-after-free in
   // jsSub_deleteConsumerAfterDrain, found by ASan): a reconnect only wakes Run() to
   // subscribe if no subscription exists yet.
-  nats.on_reconnect = [this] { run_cv_.notify_all(); };
+  nats.on_reconnect = [this] { run_cv_.NotifyAll(); };
   absl::StatusOr<std::unique_ptr<NatsConnection>> nc = NatsConnection::Connect(std::move(nats));
   if (!nc.ok()) {
     spdlog::error("kv events: {}", nc.status().ToString());
@@ -32,10 +32,10 @@ NatsEventSource::NatsEventSource(SharedKvIndex& index, NatsSourceOptions options
 
 NatsEventSource::~NatsEventSource() {
   {
-    std::lock_guard<std::mutex> lock(run_mu_);
+    base::MutexLock lock(run_mu_);
     stop_ = true;
   }
-  run_cv_.notify_all();
+  run_cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
   DestroySubscription();
   nc_.reset();
@@ -43,9 +43,11 @@ NatsEventSource::~NatsEventSource() {
 
 void NatsEventSource::Run() {
   const auto start = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lock(run_mu_);
-  while (!stop_) {
-    lock.unlock();
+  while (true) {
+    {
+      base::MutexLock lock(run_mu_);
+      if (stop_) return;
+    }
     log_.Flush();  // summaries of suppressed lines whose interval ended
     if (sub_ == nullptr) Subscribe();
     if (!ready_.load() && std::chrono::steady_clock::now() - start >
@@ -54,9 +56,11 @@ void NatsEventSource::Run() {
                    options_.ready_timeout_ms);
       ready_.store(true);
     }
-    lock.lock();
-    run_cv_.wait_for(lock, std::chrono::milliseconds(options_.retry_interval_ms),
-                     [this] { return stop_; });
+    base::MutexLock lock(run_mu_);
+    if (run_cv_.WaitFor(run_mu_, options_.retry_interval_ms,
+                        [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) { return stop_; })) {
+      return;
+    }
   }
 }
 
@@ -73,7 +77,7 @@ bool NatsEventSource::Subscribe() {
   }
   uint64_t start_seq = 1;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     start_seq = last_stream_seq_ + 1;
     if (!ready_at_seq_) ready_at_seq_ = *last;
     if (*ready_at_seq_ <= last_stream_seq_) ready_.store(true);
@@ -120,7 +124,7 @@ void NatsEventSource::HandleMessage(natsMsg* msg) {
   const uint64_t stream_seq = meta->Sequence.Stream;
   const uint64_t pending = meta->NumPending;
   jsMsgMetaData_Destroy(meta);
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   if (stream_seq <= last_stream_seq_) {
     counters_.dropped.fetch_add(1, std::memory_order_relaxed);  // delivered again
     return;
@@ -196,11 +200,11 @@ core::TargetId NatsEventSource::AddTarget(const IngestTarget& target) {
   IngestTarget spec = target;
   if (spec.block_size == 0) spec.block_size = 16;
   const std::string subject = KvEventSubject(spec.key);
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   auto it = targets_.find(subject);
   if (it != targets_.end()) {
     if (it->second->spec == spec) return it->second->id;
-    std::unique_lock<WriterPriorityMutex> index_lock(index_mu_);
+    WriterLock index_lock(index_mu_);
     it->second->alive = false;
     index_.RemoveTarget(it->second->id);
     targets_.erase(it);
@@ -208,7 +212,7 @@ core::TargetId NatsEventSource::AddTarget(const IngestTarget& target) {
   auto t = std::make_unique<Target>();
   t->spec = spec;
   {
-    std::unique_lock<WriterPriorityMutex> index_lock(index_mu_);
+    WriterLock index_lock(index_mu_);
     t->id = index_.AddTarget(spec.key, spec.block_size);
     index_.SetMaxBlocks(t->id, spec.max_blocks);
   }
@@ -228,11 +232,11 @@ core::TargetId NatsEventSource::AddTarget(const IngestTarget& target) {
 }
 
 void NatsEventSource::RemoveTarget(const core::TargetKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   auto it = targets_.find(KvEventSubject(key));
   if (it == targets_.end()) return;
   {
-    std::unique_lock<WriterPriorityMutex> index_lock(index_mu_);
+    WriterLock index_lock(index_mu_);
     it->second->alive = false;
     index_.RemoveTarget(it->second->id);
   }
@@ -240,7 +244,7 @@ void NatsEventSource::RemoveTarget(const core::TargetKey& key) {
 }
 
 std::optional<core::TargetId> NatsEventSource::FindTarget(const core::TargetKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   auto it = targets_.find(KvEventSubject(key));
   if (it == targets_.end()) return std::nullopt;
   return it->second->id;

@@ -29,16 +29,15 @@
 #include <nats/nats.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include "base/mutex.h"
 #include "core/types.h"
 #include "events/kv_event_source.h"
 #include "events/nats_connection.h"
@@ -87,29 +86,31 @@ class NatsEventSource final : public KvEventSource {
   static void OnMessage(natsConnection* nc, natsSubscription* sub, natsMsg* msg, void* closure);
   void HandleMessage(natsMsg* msg);
   void Handle(Target& t, uint64_t seq, std::span<const uint8_t> payload);
-  void Hold(const std::string& subject, uint64_t seq, std::span<const uint8_t> payload);
+  void Hold(const std::string& subject, uint64_t seq, std::span<const uint8_t> payload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const NatsSourceOptions options_;
   KvEventCounters counters_;
   WriterPriorityMutex& index_mu_;
-  core::KvIndex& index_;
+  core::KvIndex& index_ ABSL_GUARDED_BY(index_mu_);
   log::RateLimitedLog log_;  // per-message lines (restarts, gaps, bad batches)
   StreamApplier applier_;
 
   std::unique_ptr<NatsConnection> nc_;
   natsSubscription* sub_ = nullptr;  // Run() only
 
-  mutable std::mutex mu_;                                   // guards everything below
-  std::map<std::string, std::unique_ptr<Target>> targets_;  // by subject
-  std::map<std::string, std::deque<Held>> pending_;         // by subject
-  size_t pending_bytes_ = 0;
-  uint64_t last_stream_seq_ = 0;          // of the last message handled
-  std::optional<uint64_t> ready_at_seq_;  // the stream's last seq when subscribed
+  mutable base::Mutex mu_;  // guards everything below
+  std::map<std::string, std::unique_ptr<Target>> targets_ ABSL_GUARDED_BY(mu_);  // by subject
+  std::map<std::string, std::deque<Held>> pending_ ABSL_GUARDED_BY(mu_);         // by subject
+  size_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_stream_seq_ ABSL_GUARDED_BY(mu_) = 0;  // of the last message handled
+  // The stream's last seq when subscribed.
+  std::optional<uint64_t> ready_at_seq_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<bool> ready_{false};
-  std::mutex run_mu_;
-  std::condition_variable run_cv_;
-  bool stop_ = false;  // guarded by run_mu_
+  base::Mutex run_mu_;
+  base::CondVar run_cv_;
+  bool stop_ ABSL_GUARDED_BY(run_mu_) = false;
   std::thread thread_;
 };
 

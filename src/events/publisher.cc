@@ -86,7 +86,7 @@ absl::Status EventPublisher::Start() {
 }
 
 uint64_t EventPublisher::next_seq() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   return next_seq_;
 }
 
@@ -96,18 +96,18 @@ uint64_t EventPublisher::Publish(const EventBatch& batch) {
 
 uint64_t EventPublisher::PublishPayload(std::string payload) {
   auto shared = std::make_shared<const std::string>(std::move(payload));
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   return PublishLocked(std::move(shared), /*send_live=*/true);
 }
 
 uint64_t EventPublisher::PublishPayloadSkippingLive(std::string payload) {
   auto shared = std::make_shared<const std::string>(std::move(payload));
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   return PublishLocked(std::move(shared), /*send_live=*/false);
 }
 
 bool EventPublisher::ResendForTest(uint64_t seq) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   for (const auto& [s, payload] : buffer_) {
     if (s == seq) {
       SendLocked(s, *payload);
@@ -166,7 +166,7 @@ void EventPublisher::ServeReplay() {
 
   std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>> batches;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     for (const auto& entry : buffer_) {
       if (entry.first >= start) batches.push_back(entry);
     }

@@ -29,12 +29,12 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <zmq.hpp>
 
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 #include "events/event_encoder.h"
 
 namespace infera::events {
@@ -77,9 +77,12 @@ class EventPublisher {
 
  private:
   explicit EventPublisher(PublisherOptions options);
-  absl::Status Start();
-  uint64_t PublishLocked(std::shared_ptr<const std::string> payload, bool send_live);
-  void SendLocked(uint64_t seq, const std::string& payload);
+  // Binds the sockets; runs before any other thread can see the publisher, so it
+  // sets up pub_ without mu_.
+  absl::Status Start() ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  uint64_t PublishLocked(std::shared_ptr<const std::string> payload, bool send_live)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendLocked(uint64_t seq, const std::string& payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReplayLoop();
   void ServeReplay();
 
@@ -88,10 +91,10 @@ class EventPublisher {
   std::string pub_bound_;
   std::string replay_bound_;
 
-  mutable std::mutex mu_;  // guards pub_, next_seq_, buffer_
-  zmq::socket_t pub_;
-  uint64_t next_seq_ = 0;
-  std::deque<std::pair<uint64_t, std::shared_ptr<const std::string>>> buffer_;
+  mutable base::Mutex mu_;
+  zmq::socket_t pub_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<std::pair<uint64_t, std::shared_ptr<const std::string>>> buffer_ ABSL_GUARDED_BY(mu_);
 
   zmq::socket_t replay_;  // used only by replay_thread_ after Start()
   std::atomic<bool> stop_{false};

@@ -32,26 +32,26 @@ class SharedKvIndex {
   // Runs f(const core::KvIndex&) under the shared lock and returns its result.
   template <class F>
   auto WithIndex(F&& f) const {
-    std::shared_lock<WriterPriorityMutex> lock(mu_);
+    ReaderLock lock(mu_);
     return f(static_cast<const core::KvIndex&>(index_));
   }
   // Runs f(core::KvIndex&) under the exclusive lock and returns its result.
   template <class F>
   auto WithWrite(F&& f) {
-    std::unique_lock<WriterPriorityMutex> lock(mu_);
+    WriterLock lock(mu_);
     return f(index_);
   }
 
   // For a writer that keeps state guarded by the same lock (KvEventIngestor's
   // per-target `alive` flag): the lock and the index itself. REQUIRES: every use of
   // index() holds mutex(), shared for reads, exclusive for writes.
-  WriterPriorityMutex& mutex() const { return mu_; }
+  WriterPriorityMutex& mutex() const ABSL_LOCK_RETURNED(mu_) { return mu_; }
   core::KvIndex& index() { return index_; }
   const core::KvIndex& index() const { return index_; }
 
  private:
   mutable WriterPriorityMutex mu_;
-  core::KvIndex index_;  // guarded by mu_
+  core::KvIndex index_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace infera::events

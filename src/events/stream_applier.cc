@@ -43,11 +43,11 @@ bool StreamApplier::Apply(StreamState& s, const StreamTargetRef& target, uint64_
     // (readers go on), then swapped in (core::KvIndex::PrepareGrowth).
     core::GrowthPlan growth;
     {
-      std::shared_lock<WriterPriorityMutex> lock(mu_);
+      ReaderLock lock(mu_);
       if (!target.alive) return true;
       growth = index_.PrepareGrowth(target.id, slice_units_);
     }
-    std::unique_lock<WriterPriorityMutex> lock(mu_);
+    WriterLock lock(mu_);
     if (!target.alive) return true;
     if (!growth.empty()) index_.InstallGrowth(growth);
     done = ApplyEventBatchSlice(index_, target.id, s.scratch, s.apply_state, cursor, slice_units_,
@@ -87,7 +87,7 @@ bool StreamApplier::Apply(StreamState& s, const StreamTargetRef& target, uint64_
 
 void StreamApplier::Clear(StreamState& s, const StreamTargetRef& target) {
   {
-    std::unique_lock<WriterPriorityMutex> lock(mu_);
+    WriterLock lock(mu_);
     if (target.alive) index_.ApplyCleared(target.id);
   }
   counters_.resyncs.fetch_add(1, std::memory_order_relaxed);

@@ -64,7 +64,7 @@ class StreamApplier {
 
  private:
   WriterPriorityMutex& mu_;
-  core::KvIndex& index_;
+  core::KvIndex& index_ ABSL_GUARDED_BY(mu_);
   KvEventCounters& counters_;
   log::RateLimitedLog& log_;
   const size_t slice_units_;

@@ -4,7 +4,10 @@
 // shared back to back can starve KV-event ingestion for as long as they keep coming.
 // With writer priority a batch waits at most for the readers already inside; readers
 // then wait at most for one batch's application. Meets the Lockable and SharedLockable
-// requirements (use with std::unique_lock / std::shared_lock).
+// requirements (std::unique_lock / std::shared_lock take it), and is a capability for
+// clang's thread-safety analysis: members ABSL_GUARDED_BY it are checked where the
+// lock is taken with WriterLock or ReaderLock below (doc/build.md "Thread-safety
+// analysis"); a std::unique_lock / std::shared_lock is invisible to the analysis.
 //
 // Thread-safety: that is its job. Not recursive.
 #pragma once
@@ -13,9 +16,11 @@
 
 #include <cstdlib>
 
+#include "absl/base/thread_annotations.h"
+
 namespace infera::events {
 
-class WriterPriorityMutex {
+class ABSL_LOCKABLE WriterPriorityMutex {
  public:
   WriterPriorityMutex() {
     pthread_rwlockattr_t attr;
@@ -28,12 +33,16 @@ class WriterPriorityMutex {
   WriterPriorityMutex(const WriterPriorityMutex&) = delete;
   WriterPriorityMutex& operator=(const WriterPriorityMutex&) = delete;
 
-  void lock() { Check(pthread_rwlock_wrlock(&lock_)); }
-  bool try_lock() { return pthread_rwlock_trywrlock(&lock_) == 0; }
-  void unlock() { Check(pthread_rwlock_unlock(&lock_)); }
-  void lock_shared() { Check(pthread_rwlock_rdlock(&lock_)); }
-  bool try_lock_shared() { return pthread_rwlock_tryrdlock(&lock_) == 0; }
-  void unlock_shared() { Check(pthread_rwlock_unlock(&lock_)); }
+  void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { Check(pthread_rwlock_wrlock(&lock_)); }
+  bool try_lock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) {
+    return pthread_rwlock_trywrlock(&lock_) == 0;
+  }
+  void unlock() ABSL_UNLOCK_FUNCTION() { Check(pthread_rwlock_unlock(&lock_)); }
+  void lock_shared() ABSL_SHARED_LOCK_FUNCTION() { Check(pthread_rwlock_rdlock(&lock_)); }
+  bool try_lock_shared() ABSL_SHARED_TRYLOCK_FUNCTION(true) {
+    return pthread_rwlock_tryrdlock(&lock_) == 0;
+  }
+  void unlock_shared() ABSL_UNLOCK_FUNCTION() { Check(pthread_rwlock_unlock(&lock_)); }
 
  private:
   // A failing lock call is a bug (deadlock, unlocked unlock): crash loudly.
@@ -41,6 +50,34 @@ class WriterPriorityMutex {
     if (rc != 0) std::abort();
   }
   pthread_rwlock_t lock_;
+};
+
+// Holds `mu` exclusively for its scope.
+class ABSL_SCOPED_LOCKABLE WriterLock {
+ public:
+  explicit WriterLock(WriterPriorityMutex& mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
+    mu_.lock();
+  }
+  ~WriterLock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+  WriterLock(const WriterLock&) = delete;
+  WriterLock& operator=(const WriterLock&) = delete;
+
+ private:
+  WriterPriorityMutex& mu_;
+};
+
+// Holds `mu` shared for its scope.
+class ABSL_SCOPED_LOCKABLE ReaderLock {
+ public:
+  explicit ReaderLock(WriterPriorityMutex& mu) ABSL_SHARED_LOCK_FUNCTION(mu) : mu_(mu) {
+    mu_.lock_shared();
+  }
+  ~ReaderLock() ABSL_UNLOCK_FUNCTION() { mu_.unlock_shared(); }
+  ReaderLock(const ReaderLock&) = delete;
+  ReaderLock& operator=(const ReaderLock&) = delete;
+
+ private:
+  WriterPriorityMutex& mu_;
 };
 
 }  // namespace infera::events

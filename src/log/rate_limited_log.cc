@@ -35,7 +35,7 @@ bool RateLimitedLog::Admit(spdlog::level::level_enum level, std::string_view key
   std::optional<Summary> summary;
   bool admit = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     auto it = keys_.find(absl::string_view(key.data(), key.size()));
     if (it == keys_.end()) {
       if (keys_.size() >= options_.max_keys) key = kOverflowKey;
@@ -66,7 +66,7 @@ void RateLimitedLog::Flush() {
   const int64_t now = clock_.NowNs();
   std::vector<Summary> due;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     // Nothing due, and the keys still fit: nothing to do.
     if (now < next_summary_ns_ && keys_.size() < options_.max_keys / 2) return;
     next_summary_ns_ = INT64_MAX;
@@ -88,7 +88,7 @@ void RateLimitedLog::Flush() {
 }
 
 uint64_t RateLimitedLog::suppressed_total() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   return suppressed_total_;
 }
 

@@ -26,12 +26,12 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "base/mutex.h"
 #include "core/clock.h"
 
 namespace infera::log {
@@ -90,11 +90,11 @@ class RateLimitedLog {
 
   const RateLimitOptions options_;
   const core::Clock& clock_;
-  mutable std::mutex mu_;
-  absl::flat_hash_map<std::string, Key> keys_;  // guarded by mu_
+  mutable base::Mutex mu_;
+  absl::flat_hash_map<std::string, Key> keys_ ABSL_GUARDED_BY(mu_);
   // The earliest end of a window with lines suppressed (INT64_MAX: none).
-  int64_t next_summary_ns_ = INT64_MAX;  // guarded by mu_
-  uint64_t suppressed_total_ = 0;        // guarded by mu_
+  int64_t next_summary_ns_ ABSL_GUARDED_BY(mu_) = INT64_MAX;
+  uint64_t suppressed_total_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace infera::log

@@ -81,7 +81,7 @@ void Histogram::Render(std::string& out, std::string_view name, std::string_view
 }
 
 Histogram* HistogramFamily::Series(const std::string& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   auto& slot = series_[labels];
   if (!slot) slot = std::make_unique<Histogram>(bounds_);
   return slot.get();
@@ -93,12 +93,12 @@ void HistogramFamily::Observe(const std::string& labels, double value) {
 
 void HistogramFamily::Render(std::string& out) const {
   RenderHeader(out, name_, "histogram", help_);
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   for (const auto& [labels, h] : series_) h->Render(out, name_, labels);
 }
 
 std::atomic<uint64_t>* CounterFamily::Series(const std::string& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   auto& slot = series_[labels];
   if (!slot) slot = std::make_unique<std::atomic<uint64_t>>(0);
   return slot.get();
@@ -109,14 +109,14 @@ void CounterFamily::Add(const std::string& labels, uint64_t delta) {
 }
 
 uint64_t CounterFamily::Get(const std::string& labels) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   auto it = series_.find(labels);
   return it == series_.end() ? 0 : it->second->load(std::memory_order_relaxed);
 }
 
 void CounterFamily::Render(std::string& out) const {
   RenderHeader(out, name_, "counter", help_);
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   for (const auto& [labels, v] : series_) {
     out +=
         name_ + Join(labels, "") + " " + std::to_string(v->load(std::memory_order_relaxed)) + "\n";

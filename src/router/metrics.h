@@ -10,10 +10,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "base/mutex.h"
 
 namespace infera::router {
 
@@ -47,8 +48,8 @@ class HistogramFamily {
  private:
   std::string name_, help_;
   std::vector<double> bounds_;
-  mutable std::mutex mu_;
-  std::map<std::string, std::unique_ptr<Histogram>> series_;
+  mutable base::Mutex mu_;
+  std::map<std::string, std::unique_ptr<Histogram>> series_ ABSL_GUARDED_BY(mu_);
 };
 
 // A family of counters keyed by their label string.
@@ -64,8 +65,8 @@ class CounterFamily {
 
  private:
   std::string name_, help_;
-  mutable std::mutex mu_;
-  std::map<std::string, std::unique_ptr<std::atomic<uint64_t>>> series_;
+  mutable base::Mutex mu_;
+  std::map<std::string, std::unique_ptr<std::atomic<uint64_t>>> series_ ABSL_GUARDED_BY(mu_);
 };
 
 // Escapes a label value (backslash, quote, newline).

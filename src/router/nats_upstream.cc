@@ -6,14 +6,13 @@
 #include <array>
 #include <charconv>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "base/mutex.h"
 #include "events/nats_connection.h"
 #include "router/metrics.h"
 #include "spdlog/spdlog.h"
@@ -63,13 +62,13 @@ struct Frame {
 struct Reply {
   explicit Reply(http::asio::any_io_executor executor) : timer(executor) {}
   http::asio::steady_timer timer;  // the reader waits on it; a queued frame cancels it
-  std::mutex mu;
-  std::deque<Frame> frames;  // guarded by mu, as are the fields below
-  uint64_t queued_bytes = 0;
-  bool closed = false;    // a terminal frame is queued or the request failed
-  bool overflow = false;  // more than max_buffered_bytes waited for the reader
-  bool dropped = false;   // the subscription dropped messages (slow consumer)
-  bool waiting = false;   // the reader waits on timer
+  base::Mutex mu;
+  std::deque<Frame> frames ABSL_GUARDED_BY(mu);
+  uint64_t queued_bytes ABSL_GUARDED_BY(mu) = 0;
+  bool closed ABSL_GUARDED_BY(mu) = false;    // a terminal frame is queued or the request failed
+  bool overflow ABSL_GUARDED_BY(mu) = false;  // more than max_buffered_bytes waited for the reader
+  bool dropped ABSL_GUARDED_BY(mu) = false;   // the subscription dropped messages (slow consumer)
+  bool waiting ABSL_GUARDED_BY(mu) = false;   // the reader waits on timer
 };
 
 const char* HeaderOf(natsMsg* msg, const char* key) {
@@ -130,18 +129,18 @@ struct NatsUpstream::Core {
   std::string inbox_prefix;  // "_INBOX.<nuid>."
   std::atomic<uint64_t> next_id{1};
 
-  std::mutex mu;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Reply>> replies;  // guarded by mu
+  base::Mutex mu;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Reply>> replies ABSL_GUARDED_BY(mu);
 
   struct Resend {
     SteadyTime due;
     std::string subject, inbox;
     int left = 0;
   };
-  std::mutex cancel_mu;
-  std::condition_variable cancel_cv;
-  std::deque<Resend> resends;  // guarded by cancel_mu; due in order (one gap)
-  bool stopping = false;       // guarded by cancel_mu
+  base::Mutex cancel_mu;
+  base::CondVar cancel_cv;
+  std::deque<Resend> resends ABSL_GUARDED_BY(cancel_mu);  // due in order (one gap)
+  bool stopping ABSL_GUARDED_BY(cancel_mu) = false;
   std::thread cancel_thread;
 
   std::array<std::atomic<uint64_t>, kEndCount> ends{};
@@ -178,10 +177,10 @@ absl::Status NatsUpstream::Core::Start() {
 
 void NatsUpstream::Core::Stop() {
   {
-    std::lock_guard<std::mutex> lock(cancel_mu);
+    base::MutexLock lock(cancel_mu);
     stopping = true;
   }
-  cancel_cv.notify_all();
+  cancel_cv.NotifyAll();
   if (cancel_thread.joinable()) cancel_thread.join();
   if (sub != nullptr && nc != nullptr) events::DestroySubscription(sub, nc->request_timeout_ms());
 }
@@ -189,17 +188,17 @@ void NatsUpstream::Core::Stop() {
 std::shared_ptr<Reply> NatsUpstream::Core::Register(uint64_t id,
                                                     http::asio::any_io_executor executor) {
   auto reply = std::make_shared<Reply>(std::move(executor));
-  std::lock_guard<std::mutex> lock(mu);
+  base::MutexLock lock(mu);
   replies.emplace(id, reply);
   return reply;
 }
 
 void NatsUpstream::Core::Unregister(uint64_t id, Reply& reply) {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    base::MutexLock lock(mu);
     replies.erase(id);
   }
-  std::lock_guard<std::mutex> lock(reply.mu);
+  base::MutexLock lock(reply.mu);
   buffered_bytes.fetch_sub(static_cast<int64_t>(reply.queued_bytes));
   reply.queued_bytes = 0;
   reply.frames.clear();
@@ -224,7 +223,7 @@ void NatsUpstream::Core::Deliver(natsMsg* msg) {
     const char* last = subject.data() + subject.size();
     auto [p, ec] = std::from_chars(first, last, id);
     if (ec == std::errc() && p == last) {
-      std::lock_guard<std::mutex> lock(mu);
+      base::MutexLock lock(mu);
       if (auto it = replies.find(id); it != replies.end()) reply = it->second;
     }
   }
@@ -257,7 +256,7 @@ void NatsUpstream::Core::Deliver(natsMsg* msg) {
   reply_bytes.fetch_add(size, std::memory_order_relaxed);
   bool wake = false;
   {
-    std::lock_guard<std::mutex> lock(reply->mu);
+    base::MutexLock lock(reply->mu);
     if (reply->closed) {
       late_frames.fetch_add(1, std::memory_order_relaxed);
       return;
@@ -289,13 +288,13 @@ void NatsUpstream::Core::OnAsyncError(natsSubscription* s, natsStatus status) {
   slow_consumer.fetch_add(1, std::memory_order_relaxed);
   std::vector<std::shared_ptr<Reply>> all;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    base::MutexLock lock(mu);
     for (const auto& [id, reply] : replies) all.push_back(reply);
   }
   for (const auto& reply : all) {
     bool wake = false;
     {
-      std::lock_guard<std::mutex> lock(reply->mu);
+      base::MutexLock lock(reply->mu);
       reply->dropped = true;
       reply->closed = true;
       wake = reply->waiting;
@@ -311,37 +310,38 @@ void NatsUpstream::Core::SendCancel(const std::string& subject, const std::strin
   }
   if (options.cancel_sends <= 1) return;
   {
-    std::lock_guard<std::mutex> lock(cancel_mu);
+    base::MutexLock lock(cancel_mu);
     if (stopping) return;
     resends.push_back({SteadyClock::now() + std::chrono::milliseconds(options.cancel_gap_ms),
                        subject, inbox, options.cancel_sends - 1});
   }
-  cancel_cv.notify_one();
+  cancel_cv.NotifyOne();
 }
 
 void NatsUpstream::Core::RunResends() {
-  std::unique_lock<std::mutex> lock(cancel_mu);
+  cancel_mu.lock();
   while (!stopping) {
     if (resends.empty()) {
-      cancel_cv.wait(lock);
+      cancel_cv.Wait(cancel_mu);
       continue;
     }
     if (SteadyClock::now() < resends.front().due) {
-      cancel_cv.wait_until(lock, resends.front().due);
+      cancel_cv.WaitUntil(cancel_mu, resends.front().due);
       continue;
     }
     Resend r = std::move(resends.front());
     resends.pop_front();
-    lock.unlock();
+    cancel_mu.unlock();
     if (natsConnection_PublishString(nc->conn(), r.subject.c_str(), r.inbox.c_str()) == NATS_OK) {
       cancels_sent.fetch_add(1, std::memory_order_relaxed);
     }
-    lock.lock();
+    cancel_mu.lock();
     if (--r.left > 0) {
       r.due = SteadyClock::now() + std::chrono::milliseconds(options.cancel_gap_ms);
       resends.push_back(std::move(r));
     }
   }
+  cancel_mu.unlock();
 }
 
 namespace {
@@ -562,7 +562,7 @@ class NatsResponse final : public UpstreamResponse {
       std::optional<Frame> frame;
       bool overflow = false, dropped = false;
       {
-        std::lock_guard<std::mutex> lock(reply_->mu);
+        base::MutexLock lock(reply_->mu);
         overflow = reply_->overflow;
         dropped = reply_->dropped;
         if (!overflow && !dropped && !reply_->frames.empty()) {
@@ -590,7 +590,7 @@ class NatsResponse final : public UpstreamResponse {
       const SteadyTime until = std::min({idle_deadline, max_deadline_, request_deadline_});
       if (now >= until) {
         {
-          std::lock_guard<std::mutex> lock(reply_->mu);
+          base::MutexLock lock(reply_->mu);
           reply_->waiting = false;
         }
         if (now >= max_deadline_) {
@@ -610,7 +610,7 @@ class NatsResponse final : public UpstreamResponse {
       reply_->timer.expires_at(until);
       boost::system::error_code ec;
       co_await reply_->timer.async_wait(http::NoThrow(ec));
-      std::lock_guard<std::mutex> lock(reply_->mu);
+      base::MutexLock lock(reply_->mu);
       reply_->waiting = false;
     }
   }

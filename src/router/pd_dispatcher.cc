@@ -158,6 +158,7 @@ http::Awaitable<void> PdDispatcher::Dispatch(RequestContext& ctx, http::Response
 http::Awaitable<void> PdDispatcher::DispatchPd(RequestContext& ctx, http::ResponseWriter& w) {
   PlanHistory history;
   Failure failure;
+  core::Role failed_role = core::Role::kPrefill;  // the leg whose worker failed last
   for (int attempt = 0; attempt < max_attempts_; ++attempt) {
     std::shared_ptr<const Fleet> fleet = workers_.Snapshot();
     auto plan = planner_.PlanPd(ctx, *fleet, history);
@@ -171,7 +172,13 @@ http::Awaitable<void> PdDispatcher::DispatchPd(RequestContext& ctx, http::Respon
       co_await SendError(w, ctx.kind, status, std::move(message), ctx.request_id);
       co_return;
     }
-    if (attempt > 0) metrics_.CountFailover(plan->legs[0].worker->record.worker_id);
+    if (attempt > 0) {
+      // Counted on the worker that takes the failed one's place (its role's leg).
+      const PickLeg& next = plan->legs.size() > 1 && failed_role == core::Role::kDecode
+                                ? plan->legs[1]
+                                : plan->legs[0];
+      metrics_.CountFailover(next.worker->record.worker_id);
+    }
     LegEnd end = LegEnd::kFailed;
     if (plan->legs.size() == 1) {
       const PickLeg& leg = plan->legs[0];
@@ -182,7 +189,12 @@ http::Awaitable<void> PdDispatcher::DispatchPd(RequestContext& ctx, http::Respon
       if (end == LegEnd::kFailed) history.tried.push_back(leg.worker->record.worker_id);
     } else {
       metrics_.pd().CountPlan(core::PdPlanKindName(core::PdPlanKind::kDisaggregated));
-      end = co_await RunPair(ctx, w, *plan, history, failure);
+      end = co_await RunPair(ctx, w, *plan, attempt, history, failure);
+      if (end == LegEnd::kFailed) {
+        failed_role = history.tried.back() == plan->legs[1].worker->record.worker_id
+                          ? core::Role::kDecode
+                          : core::Role::kPrefill;
+      }
     }
     if (end == LegEnd::kCancelled) {
       ctx.End(Outcome::kCancelled, 499);
@@ -211,12 +223,16 @@ http::Awaitable<void> PdDispatcher::DispatchPd(RequestContext& ctx, http::Respon
 
 http::Awaitable<PdDispatcher::LegEnd> PdDispatcher::RunPair(RequestContext& ctx,
                                                             http::ResponseWriter& w, PickPlan& plan,
-                                                            PlanHistory& history,
+                                                            int attempt, PlanHistory& history,
                                                             Failure& failure) {
   const PdProtocol& protocol = PdProtocolFor(plan.protocol);
   const PickLeg& pre = plan.legs[0];
   const PickLeg& dec = plan.legs[1];
-  const PdLegInput in{pre, dec, ctx.request_id, NextRandom()};
+  // A failover's pair gets its own transfer key (Mooncake's transfer id): the failed
+  // pair's prefill may still hold KV under the first one.
+  const std::string transfer_key =
+      attempt == 0 ? ctx.request_id : ctx.request_id + "-" + std::to_string(attempt);
+  const PdLegInput in{pre, dec, transfer_key, NextRandom()};
   auto abandon_both = [&] {
     pre.worker->health.OnAbandoned();
     dec.worker->health.OnAbandoned();
@@ -310,10 +326,9 @@ http::Awaitable<PdDispatcher::LegEnd> PdDispatcher::RunPair(RequestContext& ctx,
   }
   if (end == LegEnd::kCancelled) co_return LegEnd::kCancelled;
   if (end == LegEnd::kFailed) {
-    // The decode worker failed before its first byte: the KV hand-off is lost.
-    ctx.End(Outcome::kUpstreamError, failure.status);
-    co_await SendError(w, ctx.kind, failure.status, failure.message, ctx.request_id);
-    co_return LegEnd::kAnswered;
+    // The decode worker failed before its first byte: its KV hand-off is lost with it,
+    // so the next attempt plans a new pair without it (both legs sent again).
+    history.tried.push_back(dec.worker->record.worker_id);
   }
   co_return end;
 }

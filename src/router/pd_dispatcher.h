@@ -16,10 +16,13 @@
 //     The decode leg is tried up to decode_attempts times before its first byte
 //     (backoff doubling from decode_backoff_ms), never cancelling the prefill leg;
 //     its answer is relayed (Relay: errors after the first byte are one SSE error
-//     event). A prefill leg that fails (unreachable, 5xx, no kv_transfer_params)
-//     before the decode's first byte cancels the decode leg and fails the attempt
-//     over to another prefill worker; a prefill 4xx is the client's answer; the last
-//     failure is a 502 naming the leg and worker. A deadline is 504.
+//     event). A decode worker that still fails before its first byte fails the
+//     attempt over: the next attempt plans a new pair without it (the KV hand-off
+//     died with it, so both legs go again). A prefill leg that fails (unreachable,
+//     5xx, no kv_transfer_params) before the decode's first byte cancels the decode
+//     leg and fails the attempt over to another prefill worker; a prefill 4xx is the
+//     client's answer; the last failure is a 502 naming the leg and worker. A
+//     deadline is 504.
 //   Every leg's exchange is watched until its answer head (AttemptWatch): a worker
 //   that fails its health checks meanwhile, or a streaming decode/single leg without a
 //   head within first_byte_timeout_ms, fails that leg as an unreachable worker would.
@@ -79,8 +82,9 @@ class PdDispatcher final : public Dispatcher {
   bool ServesPd(const RequestContext& ctx) const;
   http::Awaitable<void> DispatchPd(RequestContext& ctx, http::ResponseWriter& w);
   // One plan with two legs; kFailed asks for failover (history.tried has the culprit).
+  // `attempt` (0-based) keys the pair's transfer apart from a failed pair's.
   http::Awaitable<LegEnd> RunPair(RequestContext& ctx, http::ResponseWriter& w, PickPlan& plan,
-                                  PlanHistory& history, Failure& failure);
+                                  int attempt, PlanHistory& history, Failure& failure);
   // Sends `leg` (`body`, or the request's own when null) up to `tries` times and
   // relays its answer. `relaying` turns true when the answer starts to go out.
   http::Awaitable<LegEnd> SendAndRelay(RequestContext& ctx, http::ResponseWriter& w,

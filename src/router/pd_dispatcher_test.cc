@@ -25,7 +25,7 @@ using testing::TestClock;
 using testing::WaitFor;
 
 const char kOk[] = R"({"choices":[{"index":0,"text":"ok"}]})";
-const std::vector<std::string> kTargets = {"p:1", "p2:1", "d:1", "m:1"};
+const std::vector<std::string> kTargets = {"p:1", "p2:1", "d:1", "d2:1", "m:1"};
 
 std::string Prompt64() {
   std::string prompt = "[";
@@ -437,6 +437,32 @@ TEST_F(PdDispatcherTest, ADecodeFailingEveryTryIs502) {
   EXPECT_EQ(SentTo("d:1").size(), 3u);
   EXPECT_EQ(SentTo("p:1").size(), 1u);
   EXPECT_TRUE(HasMetric(R"(outcome="upstream_error"} 1)"));
+}
+
+TEST_F(PdDispatcherTest, ADecodeWorkerFailingBeforeItsFirstByteFailsOverToAnotherPair) {
+  StartRouter();
+  AddPair(discovery::PdProtocol::kVllmMooncake);
+  AddWorker("d2", discovery::DisaggMode::kDecode, discovery::PdProtocol::kVllmMooncake);
+  // The first decode pick (d:1 at this seed; d2:1 is unscripted: it answers) is gone.
+  for (int i = 0; i < 3; ++i) {
+    fake_->Push("d:1", Script{.send_error = absl::UnavailableError("connection refused")});
+  }
+  Answer a = Call("/v1/completions", Completion(), "X-Infera-Request-Id: fo-1\r\n");
+  EXPECT_EQ(a.status, 200);
+  ASSERT_EQ(SentTo("d:1").size(), 3u);
+  ASSERT_EQ(SentTo("d2:1").size(), 1u);
+  // The KV hand-off died with d:1: the prefill goes again, under its own transfer id.
+  ASSERT_EQ(SentTo("p:1").size(), 2u);
+  const json first = json::parse(SentTo("p:1")[0].body);
+  const json second = json::parse(SentTo("p:1")[1].body);
+  const json decode = json::parse(SentTo("d2:1")[0].body);
+  EXPECT_EQ(first["kv_transfer_params"]["transfer_id"], "xfer-fo-1");
+  EXPECT_EQ(second["kv_transfer_params"]["transfer_id"], "xfer-fo-1-1");
+  EXPECT_EQ(decode["kv_transfer_params"]["transfer_id"], "xfer-fo-1-1");
+  std::string m = Metrics();
+  EXPECT_NE(m.find(R"(infera_router_failovers_total{worker_id="d2:1"} 1)"), std::string::npos);
+  EXPECT_NE(m.find(R"(infera_pd_plans_total{kind="disaggregated"} 2)"), std::string::npos);
+  EXPECT_TRUE(HasMetric(R"(outcome="success"} 1)"));
 }
 
 TEST_F(PdDispatcherTest, ADecodeFailureAfterTheFirstByteIsOneSseErrorEvent) {

@@ -23,8 +23,8 @@ namespace infera::router {
 struct PdLegInput {
   const PickLeg& prefill;
   const PickLeg& decode;
-  const std::string& request_id;
-  uint64_t random = 0;  // per request, from the router's seeded source
+  const std::string& request_id;  // a failover's pair: "<request id>-<attempt>"
+  uint64_t random = 0;            // per request, from the router's seeded source
 };
 
 class PdProtocol {

@@ -111,7 +111,9 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     input.overlap_weight_factor = RetentionWeightFactor(ctx.api.cache_retention);
     size_t block_size = 0;
     if (approx_) approx_->Expire(pick_start_ns);
-    auto picked = index_.WithIndex([&](const core::KvIndex& index) {
+    // The lambda runs here, under mu_ (WithIndex calls it before returning): the
+    // analysis cannot follow a lock into a callback, so it is told not to look.
+    auto picked = index_.WithIndex([&](const core::KvIndex& index) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       if (input.keys.salt != 0) index.NoteSaltedTraffic();
       auto r = selector_.Pick(input, candidates_);
       if (r.ok()) block_size = index.BlockSize(r->picked);
@@ -199,7 +201,8 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
     input.overlap_weight_factor = RetentionWeightFactor(ctx.api.cache_retention);
     if (approx_) approx_->Expire(pick_start_ns);
     if (demand_mode_ != core::DemandMode::kOff) demand_.Begin(ctx);
-    auto planned = index_.WithIndex([&](const core::KvIndex& index) {
+    // Runs here, under mu_ (as in PlanMixed).
+    auto planned = index_.WithIndex([&](const core::KvIndex& index) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       if (input.keys.salt != 0) index.NoteSaltedTraffic();
       return pd_planner_.Plan(input, pd_candidates_);
     });
@@ -209,7 +212,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
       return absl::UnavailableError(planned.status().message());
     }
     pd = *std::move(planned);
-    auto owner_of = [&](core::TargetId t) {
+    auto owner_of = [&](core::TargetId t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       for (size_t i = 0; i < pd_candidates_.size(); ++i) {
         if (pd_candidates_[i].target == t) return owners_[i];
       }

@@ -59,8 +59,8 @@ std::string DefaultReplicaId(uint64_t seed) {
   return std::string(host).substr(0, 120) + tail;
 }
 
-ReplicaSync::ReplicaSync(ReplicaSyncOptions options, PickPlanner& planner,
-                         const WorkerSet& workers, const core::Clock& clock)
+ReplicaSync::ReplicaSync(ReplicaSyncOptions options, PickPlanner& planner, const WorkerSet& workers,
+                         const core::Clock& clock)
     : options_(std::move(options)),
       planner_(planner),
       workers_(workers),
@@ -76,29 +76,30 @@ absl::Status ReplicaSync::Start() {
   nats.on_reconnect = [this] {
     snapshot_due_.store(true);
     {
-      std::lock_guard<std::mutex> lock(wake_mu_);
+      base::MutexLock lock(wake_mu_);
       planned_ = true;
     }
-    wake_cv_.notify_one();
+    wake_cv_.NotifyOne();
   };
   auto nc = events::NatsConnection::Connect(std::move(nats));
   if (!nc.ok()) return nc.status();
   nc_ = *std::move(nc);
   thread_ = std::thread([this] { Run(); });
-  spdlog::info("router replica sync: replica {} epoch {} on {} (flush {} ms, heartbeat {} ms, "
-               "ttl {} ms)",
-               options_.replica_id, options_.epoch, options_.nats_url, options_.flush_ms,
-               options_.heartbeat_ms, options_.ttl_ms);
+  spdlog::info(
+      "router replica sync: replica {} epoch {} on {} (flush {} ms, heartbeat {} ms, "
+      "ttl {} ms)",
+      options_.replica_id, options_.epoch, options_.nats_url, options_.flush_ms,
+      options_.heartbeat_ms, options_.ttl_ms);
   return absl::OkStatus();
 }
 
 void ReplicaSync::Stop() {
   {
-    std::lock_guard<std::mutex> lock(wake_mu_);
+    base::MutexLock lock(wake_mu_);
     if (stop_ && !thread_.joinable()) return;
     stop_ = true;
   }
-  wake_cv_.notify_one();
+  wake_cv_.NotifyOne();
   if (thread_.joinable()) thread_.join();
   if (sub_ != nullptr) events::DestroySubscription(sub_, nc_->request_timeout_ms());
   nc_.reset();
@@ -106,10 +107,10 @@ void ReplicaSync::Stop() {
 
 void ReplicaSync::NotifyPlan() {
   {
-    std::lock_guard<std::mutex> lock(wake_mu_);
+    base::MutexLock lock(wake_mu_);
     planned_ = true;
   }
-  wake_cv_.notify_one();
+  wake_cv_.NotifyOne();
 }
 
 bool ReplicaSync::Subscribe() {
@@ -143,7 +144,7 @@ void ReplicaSync::Receive(natsMsg* msg) {
   }
   core::RemoteApply result;
   {
-    std::lock_guard<std::mutex> lock(remote_mu_);
+    base::MutexLock lock(remote_mu_);
     result = remote_.Apply(*decoded, NowMs());
   }
   switch (result) {
@@ -163,36 +164,39 @@ void ReplicaSync::Receive(natsMsg* msg) {
       break;
   }
   {
-    std::lock_guard<std::mutex> lock(wake_mu_);
+    base::MutexLock lock(wake_mu_);
     received_ = true;
   }
-  wake_cv_.notify_one();
+  wake_cv_.NotifyOne();
 }
 
 void ReplicaSync::Run() {
-  const auto flush = std::chrono::milliseconds(options_.flush_ms);
-  std::unique_lock<std::mutex> lock(wake_mu_);
-  while (!stop_) {
-    // Wake on a plan, a message, or after flush_ms (releases are seen by polling).
-    wake_cv_.wait_for(lock, flush, [this] { return stop_ || planned_ || received_; });
-    if (stop_) break;
-    const bool planned = planned_;
-    const bool received = received_;
-    planned_ = false;
-    received_ = false;
-    plan_unpublished_ = plan_unpublished_ || planned;
-    const uint64_t now = NowMs();
-    if (planned && now < last_publish_ms_ + options_.flush_ms) {
-      // A delta at most every flush_ms: the rest of a burst of picks waits for the
-      // window's end and goes out as one message.
-      wake_cv_.wait_for(lock, std::chrono::milliseconds(last_publish_ms_ + options_.flush_ms - now),
-                        [this] { return stop_; });
+  while (true) {
+    bool received = false;
+    {
+      base::MutexLock lock(wake_mu_);
+      // Wake on a plan, a message, or after flush_ms (releases are seen by polling).
+      wake_cv_.WaitFor(wake_mu_, options_.flush_ms,
+                       [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wake_mu_) {
+                         return stop_ || planned_ || received_;
+                       });
       if (stop_) break;
+      const bool planned = planned_;
+      received = received_;
+      planned_ = false;
+      received_ = false;
+      plan_unpublished_ = plan_unpublished_ || planned;
+      const uint64_t now = NowMs();
+      if (planned && now < last_publish_ms_ + options_.flush_ms) {
+        // A delta at most every flush_ms: the rest of a burst of picks waits for the
+        // window's end and goes out as one message.
+        wake_cv_.WaitFor(wake_mu_, static_cast<int64_t>(last_publish_ms_ + options_.flush_ms - now),
+                         [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wake_mu_) { return stop_; });
+        if (stop_) break;
+      }
     }
-    lock.unlock();
     if (sub_ == nullptr && nc_->connected()) Subscribe();
     Tick(received);
-    lock.lock();
   }
 }
 
@@ -203,8 +207,8 @@ void ReplicaSync::Tick(bool received) {
     const bool snapshot =
         snapshot_due_.exchange(false) || now >= last_snapshot_ms_ + options_.heartbeat_ms;
     // Load only comes from plans: with nothing sent and no plan since, it is zero.
-    const bool may_delta = now >= last_publish_ms_ + options_.flush_ms &&
-                           (plan_unpublished_ || !sent_.empty());
+    const bool may_delta =
+        now >= last_publish_ms_ + options_.flush_ms && (plan_unpublished_ || !sent_.empty());
     if (snapshot || may_delta) {
       plan_unpublished_ = false;
       std::vector<core::RemoteTargetLoad> own = planner_.OwnLoad(*fleet);
@@ -243,13 +247,13 @@ void ReplicaSync::Tick(bool received) {
   } else {
     snapshot_due_.store(true);  // the peers may have expired us meanwhile
   }
-  std::lock_guard<std::mutex> lock(remote_mu_);
+  base::MutexLock lock(remote_mu_);
   const bool expired = remote_.Expire(now) > 0;
   // The pick mutex only when the peers' totals (or the fleet they apply to) changed.
   if (!received && !expired && fleet == totals_fleet_) return;
   totals_fleet_ = fleet;
-  planner_.SetRemoteLoad(*fleet, [this](const core::TargetKey& key) {
-    // remote_mu_ is held by the caller (Tick).
+  planner_.SetRemoteLoad(*fleet, [this](const core::TargetKey& key) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    // remote_mu_ is held by the caller (Tick): a callback the analysis cannot follow.
     return remote_.Totals(key);
   });
 }
@@ -270,8 +274,8 @@ void ReplicaSync::Publish(core::RemoteLoadKind kind, std::vector<core::RemoteTar
   const std::vector<std::string> parts = events::EncodeReplicaLoad(m);
   seq_ += parts.size();
   for (const std::string& p : parts) {
-    natsStatus s = natsConnection_Publish(nc_->conn(), subject.c_str(), p.data(),
-                                          static_cast<int>(p.size()));
+    natsStatus s =
+        natsConnection_Publish(nc_->conn(), subject.c_str(), p.data(), static_cast<int>(p.size()));
     if (s != NATS_OK) {
       // The peers see a gap and wait for the next snapshot.
       publish_errors_.fetch_add(1, std::memory_order_relaxed);
@@ -288,7 +292,7 @@ void ReplicaSync::RenderMetrics(std::string& out) const {
   size_t peers = 0, synced = 0;
   uint64_t gaps = 0, expired = 0;
   {
-    std::lock_guard<std::mutex> lock(remote_mu_);
+    base::MutexLock lock(remote_mu_);
     peers = remote_.replicas();
     synced = remote_.synced_replicas();
     gaps = remote_.gaps();
@@ -306,8 +310,8 @@ void ReplicaSync::RenderMetrics(std::string& out) const {
                "Replica load messages, by direction and kind (in: rejected = undecodable or "
                "malformed, stale = old, out of sequence or waiting for a snapshot).");
   auto row = [&](const char* dir, const char* kind, const std::atomic<uint64_t>& v) {
-    out += "infera_router_replica_messages_total{direction=\"" + std::string(dir) +
-           "\",kind=\"" + kind + "\"} " + std::to_string(v.load()) + "\n";
+    out += "infera_router_replica_messages_total{direction=\"" + std::string(dir) + "\",kind=\"" +
+           kind + "\"} " + std::to_string(v.load()) + "\n";
   };
   row("out", "delta", out_delta_);
   row("out", "snapshot", out_snapshot_);

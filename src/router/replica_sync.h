@@ -23,17 +23,16 @@
 #include <nats/nats.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/mutex.h"
 #include "core/clock.h"
 #include "core/remote_load.h"
 #include "events/nats_connection.h"
@@ -106,11 +105,11 @@ class ReplicaSync {
   std::thread thread_;
 
   // Wake-ups of the thread.
-  std::mutex wake_mu_;
-  std::condition_variable wake_cv_;
-  bool stop_ = false;
-  bool planned_ = false;
-  bool received_ = false;
+  base::Mutex wake_mu_;
+  base::CondVar wake_cv_;
+  bool stop_ ABSL_GUARDED_BY(wake_mu_) = false;
+  bool planned_ ABSL_GUARDED_BY(wake_mu_) = false;
+  bool received_ ABSL_GUARDED_BY(wake_mu_) = false;
   std::atomic<bool> snapshot_due_{true};  // start, and every (re)connect
 
   // The thread's own state.
@@ -118,15 +117,15 @@ class ReplicaSync {
   uint64_t last_ts_ms_ = 0;
   uint64_t last_snapshot_ms_ = 0;
   uint64_t last_publish_ms_ = 0;
-  Loads sent_;                  // what the peers believe this replica holds
+  Loads sent_;                     // what the peers believe this replica holds
   bool plan_unpublished_ = false;  // a plan since the last look at the own load
   // The fleet the peers' totals were last set on (held: a new fleet at the old address
   // must not look unchanged).
   std::shared_ptr<const Fleet> totals_fleet_;
 
   // The peers' load (the libnats callback applies, the thread reads).
-  mutable std::mutex remote_mu_;
-  core::RemoteLoad remote_;
+  mutable base::Mutex remote_mu_;
+  core::RemoteLoad remote_ ABSL_GUARDED_BY(remote_mu_);
 
   // Counters.
   std::atomic<uint64_t> out_delta_{0}, out_snapshot_{0}, publish_errors_{0};

@@ -341,7 +341,7 @@ void BpeModel::TokenizeUncached(std::string_view word, std::vector<uint32_t>* ou
   Shard& shard = cache_[h % kShards];
   bool found = false;
   {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    base::MutexLock lock(shard.mu);
     auto it = shard.map.find(Av(word));
     if (it != shard.map.end()) {
       out->insert(out->end(), it->second.begin(), it->second.end());
@@ -351,7 +351,7 @@ void BpeModel::TokenizeUncached(std::string_view word, std::vector<uint32_t>* ou
   if (!found) {
     MergeWord(word, out);
     std::vector<uint32_t> ids(out->begin() + static_cast<ptrdiff_t>(before), out->end());
-    std::lock_guard<std::mutex> lock(shard.mu);
+    base::MutexLock lock(shard.mu);
     if (shard.map.size() >= kMaxEntriesPerShard) shard.map.clear();
     shard.map.emplace(std::string(word), std::move(ids));
   }

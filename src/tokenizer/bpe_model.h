@@ -14,7 +14,6 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,6 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 #include "nlohmann/json.hpp"
 
 namespace infera::tokenizer {
@@ -96,8 +96,8 @@ class BpeModel {
   uint64_t instance_ = 0;
   // Word -> ids cache, sharded, behind a per-thread direct-mapped front.
   struct Shard {
-    std::mutex mu;
-    absl::flat_hash_map<std::string, std::vector<uint32_t>> map;
+    base::Mutex mu;
+    absl::flat_hash_map<std::string, std::vector<uint32_t>> map ABSL_GUARDED_BY(mu);
   };
   static constexpr size_t kShards = 16;
   static constexpr size_t kMaxEntriesPerShard = 16384;

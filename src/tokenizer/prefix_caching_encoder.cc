@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cstring>
 #include <list>
-#include <mutex>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
+#include "base/mutex.h"
 #include "tokenizer/unicode.h"
 
 namespace infera::tokenizer {
@@ -67,7 +67,7 @@ struct Entry {
 }  // namespace
 
 // The remembered prompts: an LRU list of entries and a map from checkpoint key to the
-// entry most recently inserted with it. Guarded by mu.
+// entry most recently inserted with it, guarded by mu.
 class PrefixCache {
  public:
   explicit PrefixCache(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
@@ -82,7 +82,7 @@ class PrefixCache {
     std::shared_ptr<const Entry> found;
     size_t length = 0;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      base::MutexLock lock(mu);
       for (size_t k = keys.size(); k-- > 0;) {
         auto it = map_.find(keys[k]);
         if (it == map_.end()) continue;
@@ -101,7 +101,7 @@ class PrefixCache {
   }
 
   void Insert(std::shared_ptr<const Entry> entry) {
-    std::lock_guard<std::mutex> lock(mu);
+    base::MutexLock lock(mu);
     lru_.push_front(std::move(entry));
     auto it = lru_.begin();
     for (uint64_t key : (*it)->keys) map_[key] = it;
@@ -115,14 +115,14 @@ class PrefixCache {
     }
   }
 
-  std::mutex mu;
-  PrefixCachingEncoder::Stats stats;
+  base::Mutex mu;
+  PrefixCachingEncoder::Stats stats ABSL_GUARDED_BY(mu);
 
  private:
   using List = std::list<std::shared_ptr<const Entry>>;
   size_t capacity_;
-  List lru_;
-  absl::flat_hash_map<uint64_t, List::iterator> map_;
+  List lru_ ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<uint64_t, List::iterator> map_ ABSL_GUARDED_BY(mu);
 };
 
 PrefixCachingEncoder::PrefixCachingEncoder(const Tokenizer& tokenizer, size_t capacity)
@@ -199,7 +199,7 @@ std::vector<uint32_t> PrefixCachingEncoder::Encode(std::string_view text) {
   std::vector<uint32_t> result = ids;
   entry->text.assign(text);
   {
-    std::lock_guard<std::mutex> lock(cache_->mu);
+    base::MutexLock lock(cache_->mu);
     ++cache_->stats.calls;
     if (whole || reused_cut > 0) ++cache_->stats.prefix_hits;
     cache_->stats.reused_bytes += start;
@@ -211,7 +211,7 @@ std::vector<uint32_t> PrefixCachingEncoder::Encode(std::string_view text) {
 }
 
 PrefixCachingEncoder::Stats PrefixCachingEncoder::stats() const {
-  std::lock_guard<std::mutex> lock(cache_->mu);
+  base::MutexLock lock(cache_->mu);
   return cache_->stats;
 }
 

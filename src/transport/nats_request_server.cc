@@ -4,13 +4,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "base/mutex.h"
 #include "events/nats_connection.h"
 #include "http/client.h"
 #include "log/rate_limited_log.h"
@@ -27,7 +26,7 @@ constexpr int64_t kHeaderRoom = 4096;
 // What an exchange may take without max duration (the HTTP client needs a deadline).
 constexpr auto kNoDeadline = std::chrono::hours(24 * 365);
 // How long Stop waits for cancelled exchanges to end.
-constexpr auto kCancelWait = std::chrono::seconds(10);
+constexpr int64_t kCancelWaitMs = 10'000;
 
 std::string Seconds(int64_t ms) {
   char buf[32];
@@ -88,10 +87,10 @@ struct NatsRequestServer::Core : std::enable_shared_from_this<Core> {
   natsSubscription* request_sub = nullptr;
   natsSubscription* cancel_sub = nullptr;
 
-  std::mutex mu;
-  std::condition_variable ended_cv;
-  absl::flat_hash_map<std::string, Inflight> inflight;  // by inbox; guarded by mu
-  bool accepting = true;                                // guarded by mu
+  base::Mutex mu;
+  base::CondVar ended_cv;
+  absl::flat_hash_map<std::string, Inflight> inflight ABSL_GUARDED_BY(mu);  // by inbox
+  bool accepting ABSL_GUARDED_BY(mu) = true;
   std::atomic<int64_t> next_warn_ns{0};
 };
 
@@ -132,7 +131,7 @@ void NatsRequestServer::Core::LogUp(const char* how) {
 
 void NatsRequestServer::Core::Stop(int64_t drain_timeout_ms) {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    base::MutexLock lock(mu);
     if (!accepting && request_sub == nullptr && cancel_sub == nullptr) return;
     accepting = false;
   }
@@ -140,9 +139,9 @@ void NatsRequestServer::Core::Stop(int64_t drain_timeout_ms) {
   if (request_sub != nullptr) events::DestroySubscription(request_sub, wait_ms);
   std::vector<std::string> left;
   {
-    std::unique_lock<std::mutex> lock(mu);
-    ended_cv.wait_for(lock, std::chrono::milliseconds(drain_timeout_ms),
-                      [this] { return inflight.empty(); });
+    base::MutexLock lock(mu);
+    ended_cv.WaitFor(mu, drain_timeout_ms,
+                     [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return inflight.empty(); });
     for (const auto& [inbox, f] : inflight) left.push_back(inbox);
   }
   if (!left.empty()) {
@@ -150,8 +149,10 @@ void NatsRequestServer::Core::Stop(int64_t drain_timeout_ms) {
   }
   for (const std::string& inbox : left) CutExchange(inbox, Cut::kStopping);
   {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!ended_cv.wait_for(lock, kCancelWait, [this] { return inflight.empty(); })) {
+    base::MutexLock lock(mu);
+    if (!ended_cv.WaitFor(mu, kCancelWaitMs, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+          return inflight.empty();
+        })) {
       spdlog::warn("NATS request consumer: {} request(s) did not end in time", inflight.size());
     }
   }
@@ -172,7 +173,7 @@ void NatsRequestServer::Core::OnCancel(natsConnection*, natsSubscription*, natsM
 }
 
 void NatsRequestServer::Core::CutExchange(const std::string& inbox, Cut why) {
-  std::lock_guard<std::mutex> lock(mu);
+  base::MutexLock lock(mu);
   auto it = inflight.find(inbox);
   if (it == inflight.end()) return;  // ended already, or another worker's (a resend)
   spdlog::debug("NATS request {}: cut ({})", inbox, why == Cut::kCancelled ? "cancel" : "stop");
@@ -184,10 +185,10 @@ void NatsRequestServer::Core::CutExchange(const std::string& inbox, Cut why) {
 
 void NatsRequestServer::Core::Ended(const std::string& inbox) {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    base::MutexLock lock(mu);
     inflight.erase(inbox);
   }
-  ended_cv.notify_all();
+  ended_cv.NotifyAll();
 }
 
 bool NatsRequestServer::Core::Publish(const std::string& inbox, const char* type,
@@ -238,7 +239,7 @@ void NatsRequestServer::Core::Take(natsMsg* msg) {
   auto cancel = std::make_shared<http::Cancellation>();
   auto cut = std::make_shared<Cut>(Cut::kNone);
   {
-    std::lock_guard<std::mutex> lock(mu);
+    base::MutexLock lock(mu);
     if (!accepting) {
       Publish(inbox, kTypeError, "infera: worker stopping");
       return;

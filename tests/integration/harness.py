@@ -231,6 +231,14 @@ def metric(base, name):
     return float(m.group(1)) if status == 200 and m else None
 
 
+def debug_requests(fields):
+    """The generation bodies an infera-mock-engine started by start_engine received last
+    (GET /debug/requests, oldest first)."""
+    status, body, _ = http("GET", f"http://127.0.0.1:{fields['port']}/debug/requests")
+    check(status == 200, "GET /debug/requests")
+    return [r["body"] for r in json.loads(body)]
+
+
 def binaries(build):
     """(infera-bench, infera-mock-engine, infera-router) paths in a build tree."""
     return tuple(os.path.join(build, f"apps/{b}/{b}")

@@ -22,7 +22,7 @@ import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Processes, check, http as http_json, poll, start_engine, start_router, worker_flag  # noqa: E402,E501
+from harness import Processes, check, debug_requests, http as http_json, poll, start_engine, start_router, worker_flag  # noqa: E402,E501
 
 BUILD, NODE_MODULES = sys.argv[1], os.path.abspath(sys.argv[2])
 ENGINE = os.path.join(BUILD, "apps/infera-mock-engine/infera-mock-engine")
@@ -52,12 +52,6 @@ def pd_pair(procs, protocol, decode_speedup="20"):
 
 def url(fields, path):
     return f"http://127.0.0.1:{fields['port']}{path}"
-
-
-def debug_requests(fields):
-    status, body, _ = http_json("GET", url(fields, "/debug/requests"))
-    check(status == 200, "GET /debug/requests")
-    return [r["body"] for r in json.loads(body)]
 
 
 def metric(base, name):
