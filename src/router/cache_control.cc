@@ -5,8 +5,6 @@
 #include <optional>
 #include <string_view>
 
-#include "router/metrics.h"
-
 namespace infera::router {
 namespace {
 
@@ -101,23 +99,6 @@ double RetentionWeightFactor(const CacheRetention& hints) {
   if (hints.retention == Retention::kLong) return kLongRetentionFactor;
   if (hints.retention == Retention::kNone && hints.explicit_hint) return kNoneRetentionFactor;
   return 1.0;
-}
-
-void CacheControlMetrics::Render(std::string& out) const {
-  RenderHeader(out, "infera_cache_control_seen_total", "counter",
-               "kv-aware picks by the retention the request's cache-control hints ask for "
-               "(Anthropic cache_control, OpenAI prompt_cache_retention / prompt_cache_key).");
-  for (Retention r : {Retention::kNone, Retention::kShort, Retention::kLong}) {
-    out += "infera_cache_control_seen_total{retention=\"";
-    out += RetentionName(r);
-    out += "\"} " + std::to_string(seen_[static_cast<size_t>(r)].load(std::memory_order_relaxed)) +
-           "\n";
-  }
-  RenderHeader(out, "infera_cache_locality_skipped_total", "counter",
-               "kv-aware picks made without the text cache term, by reason (multimodal: the "
-               "request carries images, text overlap is not trusted).");
-  out += "infera_cache_locality_skipped_total{reason=\"multimodal\"} " +
-         std::to_string(skipped_multimodal_.load(std::memory_order_relaxed)) + "\n";
 }
 
 }  // namespace infera::router
