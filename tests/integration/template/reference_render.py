@@ -71,6 +71,7 @@ class ChatRenderer:
                 self.special_tokens[key] = value
             elif isinstance(value, dict) and isinstance(value.get("content"), str):
                 self.special_tokens[key] = value["content"]
+        self.placeholders = placeholders_of(config)
         self.templates = {}
         jinja_path = os.path.join(model_dir, "chat_template.jinja")
         self.openai_format = {}
@@ -97,7 +98,7 @@ class ChatRenderer:
         context = dict(self.special_tokens)
         messages = body["messages"]
         if not self.openai_format[name]:
-            messages = [join_text_parts(m) for m in messages]
+            messages = [join_text_parts(m, self.placeholders) for m in messages]
         context["messages"] = messages
         context["tools"] = tools
         context["documents"] = body.get("documents")
@@ -119,17 +120,57 @@ def iterates_content(ast):
     return False
 
 
-def join_text_parts(message):
-    """A "string"-format template gets a content list of text parts as one string,
-    the texts joined with a newline (vLLM); other contents are unchanged."""
+MEDIA_KINDS = {"image_url": "image", "image": "image", "input_audio": "audio", "audio": "audio",
+               "audio_url": "audio", "video_url": "video", "video": "video"}
+
+
+def placeholders_of(config):
+    """The placeholder per medium a "string"-format template sees (vLLM's
+    get_placeholder_str): Qwen-VL's when the tokenizer's added tokens hold them (every
+    Qwen 2.5 / 3 tokenizer does), else generic ones."""
+    tokens = {t.get("content") for t in (config.get("added_tokens_decoder") or {}).values()
+              if isinstance(t, dict)}
+    out = {"image": "<image>", "audio": "<audio>", "video": "<video>"}
+    if "<|vision_start|>" in tokens and "<|vision_end|>" in tokens:
+        if "<|image_pad|>" in tokens:
+            out["image"] = "<|vision_start|><|image_pad|><|vision_end|>"
+        if "<|video_pad|>" in tokens:
+            out["video"] = "<|vision_start|><|video_pad|><|vision_end|>"
+    if {"<|audio_bos|>", "<|AUDIO|>", "<|audio_eos|>"} <= tokens:
+        out["audio"] = "<|audio_bos|><|AUDIO|><|audio_eos|>"
+    return out
+
+
+def join_text_parts(message, placeholders):
+    """A "string"-format template gets a content list as one string, as vLLM builds it
+    (chat_utils._get_full_multimodal_text_prompt): the text parts joined with a newline,
+    and for each medium the placeholders the text does not already hold, first, one per
+    line, in order of first appearance. A list holding anything else is unchanged."""
     if not isinstance(message, dict):
         return message
     content = message.get("content")
-    if (not isinstance(content, list) or not content
-            or not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-                       for p in content)):
+    if not isinstance(content, list) or not content:
         return message
-    return dict(message, content="\n".join(p["text"] for p in content))
+    texts = []
+    counts = {}  # placeholder -> parts, insertion-ordered
+    for part in content:
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            return message
+        if part["type"] == "text":
+            if not isinstance(part.get("text"), str):
+                return message
+            texts.append(part["text"])
+            continue
+        kind = MEDIA_KINDS.get(part["type"])
+        if kind is None:
+            return message
+        placeholder = placeholders[kind]
+        counts[placeholder] = counts.get(placeholder, 0) + 1
+    text = "\n".join(texts)
+    missing = []
+    for placeholder, count in counts.items():
+        missing.extend([placeholder] * max(0, count - text.count(placeholder)))
+    return dict(message, content="\n".join(missing + [text]))
 
 
 def parse_now(text):
