@@ -1,6 +1,7 @@
 #include "events/nats_relay.h"
 
 #include <spdlog/spdlog.h>
+#include <xxhash.h>
 
 #include <chrono>
 #include <deque>
@@ -33,6 +34,7 @@ struct NatsRelay::Target {
   MonitoredSub zmq;
   bool disconnected = false;           // the SUB lost its engine since the last message
   std::optional<uint64_t> last_seen;   // the last engine seq queued
+  uint64_t last_hash = 0;              // XXH3 of that batch's payload
   std::optional<uint64_t> last_acked;  // the last one JetStream acknowledged
   bool checked = false;                // the stream's position was read since start
   bool replayed_nothing = false;       // the start check found nothing newer than L
@@ -118,6 +120,7 @@ void NatsRelay::Run() {
       counters_.dropped.fetch_add(1, std::memory_order_relaxed);
     }
     t.last_seen = b.seq;
+    t.last_hash = XXH3_64bits(b.payload.data(), b.payload.size());
     t.queue.push_back(std::move(b));
   };
 
@@ -159,6 +162,17 @@ void NatsRelay::Run() {
     return true;
   };
 
+  // After a reconnect: whether the engine's replay buffer still holds, at last_seen, the
+  // batch relayed last (the same engine, not a restarted one). No replay socket, or no
+  // answer: judged the same, as before replay verification existed.
+  auto same_engine = [&](Target& t) {
+    if (t.spec.replay_endpoint.empty()) return true;
+    std::vector<Batch> got;
+    if (!replay(t, *t.last_seen, got)) return true;
+    return !got.empty() && got.front().seq == *t.last_seen &&
+           XXH3_64bits(got.front().payload.data(), got.front().payload.size()) == t.last_hash;
+  };
+
   auto on_live = [&](Target& t, uint64_t seq, std::string payload) {
     counters_.received.fetch_add(1, std::memory_order_relaxed);
     const bool first = t.first_live;
@@ -181,6 +195,11 @@ void NatsRelay::Run() {
       // The stream does not go on where it stopped: the engine restarted (its first
       // batches went by before the SUB reconnected) or batches were lost.
       resend_from_zero("reconnected to a stream that does not continue");
+    } else if (reconnected && t.last_seen && !same_engine(t)) {
+      // The seq continues, but a restarted engine can reach it too (its first
+      // last_seen + 1 batches went by before the SUB reconnected): its buffer's batch at
+      // last_seen is not the one relayed.
+      resend_from_zero("reconnected to an engine whose buffer differs");
     } else if (first && t.replayed_nothing && t.last_seen && seq != 0 && seq <= *t.last_seen) {
       // JetStream is ahead of this engine: it restarted while the relay was away.
       resend_from_zero("engine restarted while the relay was away");
@@ -255,8 +274,17 @@ void NatsRelay::Run() {
     zmq::poll(items, std::chrono::milliseconds(options_.poll_interval_ms));
     for (size_t i = 0; i < targets.size(); ++i) {
       Target& t = *targets[i];
-      if ((items[2 * i].revents & ZMQ_POLLIN) && ReadDisconnected(*t.zmq.monitor)) {
-        t.disconnected = true;
+      if (items[2 * i].revents & ZMQ_POLLIN) {
+        const MonitorEvents e = ReadMonitor(*t.zmq.monitor);
+        if (e.disconnected && !t.disconnected) {
+          spdlog::info("kv relay: {} lost its engine's event stream (seq {} last relayed)",
+                       t.spec.key.ToString(), t.last_seen ? std::to_string(*t.last_seen) : "none");
+        }
+        t.disconnected = t.disconnected || e.disconnected;
+        if (e.connected && t.disconnected) {
+          spdlog::info("kv relay: {} reconnected to its engine's event stream",
+                       t.spec.key.ToString());
+        }
       }
       if (!(items[2 * i + 1].revents & ZMQ_POLLIN)) continue;
       for (int n = 0; n < 256; ++n) {

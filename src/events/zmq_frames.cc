@@ -46,17 +46,18 @@ void CloseMonitoredSub(std::unique_ptr<zmq::socket_t>& sub,
   monitor.reset();
 }
 
-bool ReadDisconnected(zmq::socket_t& monitor) {
-  bool disconnected = false;
+MonitorEvents ReadMonitor(zmq::socket_t& monitor) {
+  MonitorEvents out;
   for (int i = 0; i < 64; ++i) {
     std::vector<zmq::message_t> frames = RecvMultipart(monitor);
     if (frames.empty()) break;
     if (frames[0].size() < 2) continue;
     const auto* p = static_cast<const uint8_t*>(frames[0].data());
     const uint16_t event = static_cast<uint16_t>(p[0] | (p[1] << 8));  // host order (LE)
-    if (event == ZMQ_EVENT_DISCONNECTED) disconnected = true;
+    if (event == ZMQ_EVENT_DISCONNECTED) out.disconnected = true;
+    if (event == ZMQ_EVENT_CONNECTED) out.connected = true;
   }
-  return disconnected;
+  return out;
 }
 
 }  // namespace infera::events

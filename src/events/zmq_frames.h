@@ -79,7 +79,13 @@ struct SubOptions {
 // Connects a SUB to `endpoint` (ZMQ reconnects by itself). Throws zmq::error_t.
 MonitoredSub OpenMonitoredSub(zmq::context_t& ctx, const std::string& endpoint,
                               const SubOptions& options);
+// The monitor's queued events, read: whether one was a disconnect / a connect.
+struct MonitorEvents {
+  bool disconnected = false;
+  bool connected = false;
+};
+MonitorEvents ReadMonitor(zmq::socket_t& monitor);
 // Reads the monitor's queued events; true when one of them is a disconnect.
-bool ReadDisconnected(zmq::socket_t& monitor);
+inline bool ReadDisconnected(zmq::socket_t& monitor) { return ReadMonitor(monitor).disconnected; }
 
 }  // namespace infera::events
