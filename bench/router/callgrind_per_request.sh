@@ -11,6 +11,9 @@
 #   MODE=strace: the proxy runs natively under `strace -c -f`; prints syscalls /
 #   request, in total and per call.
 #   CG_OUT=FILE keeps the callgrind profile.
+#   BODY_FILE=FILE posts that body instead of the short chat request (e.g. the 100k-token
+#   chat of run_bench.py); ROUTER_ARGS adds router flags (e.g. --router-tokenizer-path);
+#   DURATION (default 5s) the measured run.
 # Two fake workers, a 2 s warm-up, counters zeroed, a 5 s wrk run (4 connections,
 # short chat request), a dump.
 set -euo pipefail
@@ -61,7 +64,8 @@ NGINX
 else
   proxy=("$B/apps/infera-router/infera-router" --host 127.0.0.1 --port "$RP" --threads 2
          --router-policy "$POLICY" --log-level warn --kv-event-transport none
-         --worker "http://127.0.0.1:$WA,model_name=m" --worker "http://127.0.0.1:$WB,model_name=m")
+         --worker "http://127.0.0.1:$WA,model_name=m" --worker "http://127.0.0.1:$WB,model_name=m"
+         ${ROUTER_ARGS:-})
 fi
 case "$MODE" in
   callgrind) valgrind --tool=callgrind --callgrind-out-file="$T/cg.out" "${proxy[@]}" >"$T/proxy.log" 2>&1 & ;;
@@ -71,7 +75,11 @@ esac
 PPID_=$!
 pids+=($PPID_)
 for _ in $(seq 300); do curl -s -o /dev/null "http://127.0.0.1:$RP/health" && break; sleep 0.2; done
-echo '{"model":"m","messages":[{"role":"user","content":"You are a helpful assistant. You are a helpful assistant. You are a helpful assistant. You are a helpful assistant. You are a helpful assistant."}],"max_tokens":1}' >"$T/body.json"
+if [ -n "${BODY_FILE:-}" ]; then
+  cp "$BODY_FILE" "$T/body.json"
+else
+  echo '{"model":"m","messages":[{"role":"user","content":"You are a helpful assistant. You are a helpful assistant. You are a helpful assistant. You are a helpful assistant. You are a helpful assistant."}],"max_tokens":1}' >"$T/body.json"
+fi
 cat >"$T/post.lua" <<LUA
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -85,7 +93,7 @@ if [ "$MODE" = strace ]; then
   strace -c -f -p "$PPID_" -o "$T/strace.txt" &
   SPID=$!
   sleep 0.5  # attached to every thread
-  n=$(wrk -t 1 -c 4 -d 5s -s "$T/post.lua" "$url" | awk '/requests in/ {print $1}')
+  n=$(wrk -t 1 -c 4 -d "${DURATION:-5s}" -s "$T/post.lua" "$url" | awk '/requests in/ {print $1}')
   kill -INT "$SPID"; wait "$SPID" 2>/dev/null || true
   echo "target=$POLICY requests=$n syscalls/request (strace -c -f):"
   awk -v n="$n" '$1 ~ /^[0-9.]+$/ && NF >= 5 {c = $4; name = $NF; if (name != "total") printf "  %-16s %.2f\n", name, c / n}
@@ -93,7 +101,7 @@ if [ "$MODE" = strace ]; then
   exit 0
 fi
 callgrind_control -z "$PPID_" >/dev/null
-n=$(wrk -t 1 -c 4 -d 5s -s "$T/post.lua" "$url" | awk '/requests in/ {print $1}')
+n=$(wrk -t 1 -c 4 -d "${DURATION:-5s}" -s "$T/post.lua" "$url" | awk '/requests in/ {print $1}')
 callgrind_control -d "$PPID_" >/dev/null
 out=$(ls "$T"/cg.out* | grep -v '^'"$T"'/cg.out$' | tail -1)
 ir=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')

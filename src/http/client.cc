@@ -266,11 +266,7 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
   head.reserve(128 + endpoint.base_path.size() + target.size() + 64 * headers.fields().size());
   head.append(method).append(" ").append(endpoint.base_path).append(target).append(" HTTP/1.1\r\n");
   head.append("Host: ").append(key).append("\r\n");
-  headers.Remove("Host");
-  headers.Remove("Content-Length");
-  headers.Remove("Transfer-Encoding");
-  headers.Remove("Connection");
-  headers.AppendWire(head);
+  headers.AppendWireExcept(head, {"Host", "Content-Length", "Transfer-Encoding", "Connection"});
   if (!body.empty() || (method != "GET" && method != "HEAD" && method != "DELETE")) {
     head.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n");
   }

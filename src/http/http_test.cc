@@ -20,6 +20,28 @@ using namespace std::chrono_literals;
 
 using infera::testing::WaitFor;
 
+// The wire form checks eight bytes at a time: a CR, LF or NUL at every position of
+// values longer than a word drops the field; the named fields are skipped.
+TEST(HeadersTest, WireFormDropsSplittingFieldsAndSkipsNamedOnes) {
+  for (char bad : {'\r', '\n', '\0'}) {
+    for (size_t len : {1u, 7u, 8u, 9u, 16u, 23u}) {
+      for (size_t at = 0; at < len; ++at) {
+        std::string value(len, 'v');
+        value[at] = bad;
+        Headers h{{"X-Ok", "fine"}, {"X-Bad", value}};
+        std::string out;
+        h.AppendWire(out);
+        EXPECT_EQ(out, "X-Ok: fine\r\n") << "byte " << int(bad) << " at " << at << " of " << len;
+      }
+    }
+  }
+  Headers h{{"content-length", "3"}, {"X-A", "\x7f\xff high bytes stay"}, {"CONNECTION", "close"},
+            {"Host", "h"}};
+  std::string out;
+  h.AppendWireExcept(out, {"Content-Length", "Connection"});
+  EXPECT_EQ(out, "X-A: \x7f\xff high bytes stay\r\nHost: h\r\n");
+}
+
 Deadline In(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
 
 class HttpTest : public ::testing::Test {

@@ -552,10 +552,7 @@ Awaitable<bool> ResponseWriter::Send(int status, Headers headers, std::string bo
   auto beast_reason = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
   std::string_view reason(beast_reason.data(), beast_reason.size());
   head.append(reason.empty() ? std::string_view("Unknown") : reason).append("\r\n");
-  headers.Remove("Content-Length");
-  headers.Remove("Transfer-Encoding");
-  headers.Remove("Connection");
-  headers.AppendWire(head);
+  headers.AppendWireExcept(head, {"Content-Length", "Transfer-Encoding", "Connection"});
   bool keep = conn_->keep_alive_ && !conn_->server_.stopping();
   if (!keep) head.append("Connection: close\r\n");
   head.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n\r\n");
