@@ -19,6 +19,10 @@ Workloads (--workload):
                request: nothing of it was seen before (needs --tokenizer to matter)
   chat8k-warm  the same chat history in every request, only the last user turn
                differs: its prefix was seen before (the multi-turn case)
+  chat100k-cold, chat100k-warm
+               the same with a ~100k-token chat (500 turns, ~400 KB body); with
+               --tokenizer the router's routing overhead (stage "total") p50 is read
+               from its histogram: the figure llm-d's picker reports (2.98 ms)
 Every request body is unique (a per-request counter), so no cache sees a repeat.
 With --tokenizer the router's own stage timings (infera_router_routing_overhead_seconds,
 mean per stage) are printed as well.
@@ -34,7 +38,8 @@ ap.add_argument("--duration", default="5s")
 ap.add_argument("--conns", type=int, default=32)
 ap.add_argument("--router-threads", type=int, default=2)
 ap.add_argument("--prompt-chars", type=int, default=200)
-ap.add_argument("--workload", choices=["short", "chat8k-cold", "chat8k-warm"], default="short")
+ap.add_argument("--workload", default="short",
+                choices=["short", "chat8k-cold", "chat8k-warm", "chat100k-cold", "chat100k-warm"])
 ap.add_argument("--tokenizer", default="")
 ap.add_argument("--rounds", type=int, default=1,
                 help="repeat the measurements; the table shows per-target medians")
@@ -137,13 +142,41 @@ def wrk(port, conns, duration, lua, pids=()):
 
 
 def stage_sums(port):
-    """{stage: (sum_seconds, count)} from the router's overhead histogram."""
+    """{stage: (sum_seconds, count)} from the router's overhead histogram, and under
+    "total_le" the cumulative bucket counts of stage "total" ({le: count}); and the
+    prompt blocks of the picks under "blocks" (sum, count)."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     out = {}
     for m in re.finditer(r'^infera_router_routing_overhead_seconds_(sum|count)\{stage="(\w+)"\} (\S+)', text, re.M):
         sums = out.setdefault(m.group(2), [0.0, 0.0])
         sums[0 if m.group(1) == "sum" else 1] = float(m.group(3))
+    out["total_le"] = {float(m.group(1)): float(m.group(2)) for m in re.finditer(
+        r'^infera_router_routing_overhead_seconds_bucket\{stage="total",le="([^"]+)"\} (\S+)', text, re.M)}
+    blocks = [0.0, 0.0]
+    for m in re.finditer(r'^infera_router_pick_request_blocks_(sum|count)\{[^}]*\} (\S+)', text, re.M):
+        blocks[0 if m.group(1) == "sum" else 1] += float(m.group(2))
+    out["blocks"] = blocks
     return out
+
+
+def bucket_p50(before, now):
+    """p50 (µs) of the observations between two cumulative bucket snapshots, linear
+    within its bucket; and the share of them at or under 1 ms."""
+    les = sorted(now)
+    counts = [now[le] - before.get(le, 0.0) for le in les]
+    total = counts[-1] if counts else 0.0
+    if total <= 0:
+        return float("nan"), float("nan")
+    under_1ms = next((c for le, c in zip(les, counts) if abs(le - 1e-3) < 1e-12), float("nan"))
+    prev_le, prev_c = 0.0, 0.0
+    for le, c in zip(les, counts):
+        if c >= total / 2:
+            if le == float("inf"):
+                return prev_le * 1e6, under_1ms / total
+            frac = (total / 2 - prev_c) / max(c - prev_c, 1e-9)
+            return (prev_le + (le - prev_le) * frac) * 1e6, under_1ms / total
+        prev_le, prev_c = le, c
+    return float("nan"), under_1ms / total
 
 
 _stage_before = {}
@@ -155,10 +188,18 @@ def stage_means(port):
     before = _stage_before.get(port, {})
     _stage_before[port] = now
     means = {}
-    for stage, (s, c) in now.items():
+    for stage, v in now.items():
+        if stage in ("total_le", "blocks"):
+            continue
+        s, c = v
         s0, c0 = before.get(stage, (0.0, 0.0))
         if c > c0:
             means[stage] = (s - s0) / (c - c0) * 1e6
+    means["total_p50"], means["total_le_1ms"] = bucket_p50(before.get("total_le", {}),
+                                                           now["total_le"])
+    b0 = before.get("blocks", [0.0, 0.0])
+    if now["blocks"][1] > b0[1]:
+        means["prompt_blocks"] = (now["blocks"][0] - b0[0]) / (now["blocks"][1] - b0[1])
     return means
 
 
@@ -169,7 +210,8 @@ try:
         content = "@@UNIQUE@@ " + ("You are a helpful assistant. " * 1000)[: args.prompt_chars]
         messages = [{"role": "user", "content": content}]
     else:
-        messages = chat_messages(1 if args.workload == "chat8k-cold" else -1)
+        messages = chat_messages(1 if args.workload.endswith("-cold") else -1,
+                                 turns=500 if args.workload.startswith("chat100k") else 40)
     body_text = json.dumps({"model": "m", "messages": messages, "max_tokens": 1}, ensure_ascii=False)
     body_file = write_lua(body_text)
 
@@ -270,11 +312,15 @@ http {{
               f"{lat['errors'] + thr['errors']} |")
     if overheads:
         print("\nRouter stage means during the -c1 run (µs, from infera_router_routing_overhead_seconds):\n")
-        print("| target | parse | render_tokenize | hash_match | total |")
-        print("|---|---:|---:|---:|---:|")
+        print("| target | parse | render_tokenize | hash_match | total | total p50 (buckets) | "
+              "share total ≤ 1 ms | prompt blocks |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for name, st in overheads.items():
             print(f"| {name} | " + " | ".join(f"{st.get(k, float('nan')):.0f}" for k in
-                                               ("parse", "render_tokenize", "hash_match", "total")) + " |")
+                                               ("parse", "render_tokenize", "hash_match", "total",
+                                                "total_p50")) +
+                  f" | {st.get('total_le_1ms', float('nan')):.2f} | "
+                  f"{st.get('prompt_blocks', float('nan')):.0f} |")
 finally:
     for p in procs:
         if p.poll() is None:

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/cord.h"
+#include "http/lazy_timer.h"
 
 namespace infera::http {
 namespace beast = boost::beast;
@@ -83,19 +84,44 @@ absl::Status LocalResourceError(std::string_view kind, std::string message) {
   return s;
 }
 
+// An upstream connection: a plain socket and one deadline (LazyTimer; Beast's
+// tcp_stream armed and cancelled a timer around every operation). Past the deadline
+// the socket is closed and `timed_out` set: the operation under way fails, reported
+// as beast::error::timeout (TimedOut()).
+struct Client::Conn {
+  explicit Conn(const asio::any_io_executor& ex)
+      : socket(ex), deadline(ex, [this] {
+          timed_out = true;
+          beast::error_code ec;
+          socket.close(ec);
+        }) {}
+  // The deadline of the operations from now on; Clear() after them.
+  void Expires(Deadline at, const std::shared_ptr<Conn>& self) { deadline.Set(at, self); }
+  // `ec`, or timeout when the deadline closed the socket under the operation.
+  beast::error_code TimedOut(const beast::error_code& ec) const {
+    return ec && timed_out ? beast::error_code(beast::error::timeout) : ec;
+  }
+  void Close() {
+    deadline.Stop();
+    beast::error_code ec;
+    socket.close(ec);
+  }
+
+  tcp::socket socket;
+  LazyTimer deadline;
+  bool timed_out = false;
+};
+
 struct Client::Pool {
-  // Streams are held by pointer: moving a beast::tcp_stream allocates a new
-  // implementation (with its two timers) each time.
-  std::unordered_map<std::string, std::vector<std::unique_ptr<beast::tcp_stream>>> idle;
+  std::unordered_map<std::string, std::vector<std::shared_ptr<Conn>>> idle;
   size_t max_idle_per_host = 0;
 };
 
 struct ClientStream::Impl {
-  Impl(std::unique_ptr<beast::tcp_stream> s, std::shared_ptr<Client::Pool> p, std::string k)
-      : owned(std::move(s)), stream(*owned), pool(std::move(p)), key(std::move(k)) {}
+  Impl(std::shared_ptr<Client::Conn> c, std::shared_ptr<Client::Pool> p, std::string k)
+      : conn(std::move(c)), pool(std::move(p)), key(std::move(k)) {}
 
-  std::unique_ptr<beast::tcp_stream> owned;
-  beast::tcp_stream& stream;
+  std::shared_ptr<Client::Conn> conn;
   std::shared_ptr<Client::Pool> pool;
   std::string key;
   beast::flat_buffer buffer;
@@ -121,16 +147,16 @@ ClientStream::~ClientStream() {
   if (cancellation_) cancellation_->Unbind();
   Impl& s = *impl_;
   bool reusable = s.done && !s.broken && !s.cancelled && s.parser->get().keep_alive() &&
-                  s.buffer.size() == 0 && s.stream.socket().is_open();
+                  s.buffer.size() == 0 && s.conn->socket.is_open();
   if (reusable) {
     auto& idle = s.pool->idle[s.key];
     if (idle.size() < s.pool->max_idle_per_host) {
-      idle.push_back(std::move(s.owned));
+      s.conn->deadline.Clear();
+      idle.push_back(std::move(s.conn));
       return;
     }
   }
-  beast::error_code ec;
-  s.stream.socket().close(ec);
+  s.conn->Close();
 }
 
 int ClientStream::status() const { return impl_->status; }
@@ -141,8 +167,8 @@ void ClientStream::Cancel() {
   if (impl_->cancelled) return;
   impl_->cancelled = true;
   beast::error_code ec;
-  impl_->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-  impl_->stream.socket().close(ec);
+  impl_->conn->socket.shutdown(tcp::socket::shutdown_both, ec);
+  impl_->conn->Close();
 }
 
 Awaitable<absl::StatusOr<std::optional<std::string>>> ClientStream::Read() {
@@ -178,8 +204,10 @@ Awaitable<absl::StatusOr<std::optional<std::string>>> ClientStream::Read() {
     }
     if (!ec && used == 0 && !s.parser->is_done()) {
       if (!out.empty()) co_return std::optional<std::string>(std::move(out));  // no waiting
-      s.stream.expires_at(s.deadline);
-      co_await bhttp::async_read_some(s.stream, s.buffer, *s.parser, NoThrow(ec));
+      s.conn->Expires(s.deadline, s.conn);
+      co_await bhttp::async_read_some(s.conn->socket, s.buffer, *s.parser, NoThrow(ec));
+      s.conn->deadline.Clear();
+      ec = s.conn->TimedOut(ec);
     }
     if (ec == bhttp::error::need_buffer) ec = {};
     if (ec) co_return fail(MapError(ec, "upstream read", s.cancelled));
@@ -213,7 +241,13 @@ Client::Client(asio::any_io_executor executor, ClientOptions options)
   pool_->max_idle_per_host = options_.max_idle_per_host;
 }
 
-Client::~Client() = default;
+Client::~Client() {
+  // The idle connections' deadline waits hold them: stopped, they go now.
+  for (auto& [key, conns] : pool_->idle) {
+    for (auto& c : conns) c->Close();
+  }
+  pool_->idle.clear();
+}
 
 size_t Client::idle_connections() const {
   size_t n = 0;
@@ -232,11 +266,7 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
   head.reserve(128 + endpoint.base_path.size() + target.size() + 64 * headers.fields().size());
   head.append(method).append(" ").append(endpoint.base_path).append(target).append(" HTTP/1.1\r\n");
   head.append("Host: ").append(key).append("\r\n");
-  headers.Remove("Host");
-  headers.Remove("Content-Length");
-  headers.Remove("Transfer-Encoding");
-  headers.Remove("Connection");
-  headers.AppendWire(head);
+  headers.AppendWireExcept(head, {"Host", "Content-Length", "Transfer-Encoding", "Connection"});
   if (!body.empty() || (method != "GET" && method != "HEAD" && method != "DELETE")) {
     head.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n");
   }
@@ -244,7 +274,7 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
   const std::array<asio::const_buffer, 2> request_bytes = {asio::buffer(head), asio::buffer(body)};
 
   for (int attempt = 0; attempt < 2; ++attempt) {
-    std::unique_ptr<beast::tcp_stream> conn;
+    std::shared_ptr<Conn> conn;
     bool reused = false;
     auto it = pool_->idle.find(key);
     if (attempt == 0 && it != pool_->idle.end() && !it->second.empty()) {
@@ -252,7 +282,7 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
       it->second.pop_back();
       reused = true;
     } else {
-      conn = std::make_unique<beast::tcp_stream>(executor_);
+      conn = std::make_shared<Conn>(executor_);
       tcp::resolver resolver(executor_);
       beast::error_code ec;
       auto results = co_await resolver.async_resolve(endpoint.host, std::to_string(endpoint.port),
@@ -261,18 +291,29 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
       auto connect_deadline =
           std::min(deadline, std::chrono::steady_clock::now() +
                                  std::chrono::milliseconds(options_.connect_timeout_ms));
-      conn->expires_at(connect_deadline);
-      if (cancel) cancel->Bind([&conn] { conn->cancel(); });
+      conn->Expires(connect_deadline, conn);
+      if (cancel) {
+        cancel->Bind([&conn] {
+          beast::error_code cec;
+          conn->socket.cancel(cec);
+        });
+      }
       // Each address in turn, the socket opened here: Asio's range connect reports a
       // socket it could not open (EMFILE) as operation_aborted, hiding a local failure.
       ec = asio::error::host_not_found;
       for (const auto& entry : results) {
-        conn->socket().open(entry.endpoint().protocol(), ec);
+        conn->socket.open(entry.endpoint().protocol(), ec);
         if (ec) break;  // local: another address would fail the same way
-        co_await conn->async_connect(entry.endpoint(), NoThrow(ec));
+        co_await conn->socket.async_connect(entry.endpoint(), NoThrow(ec));
+        ec = conn->TimedOut(ec);
         if (!ec || ec == beast::error::timeout || (cancel && cancel->cancelled())) break;
         beast::error_code cec;
-        conn->socket().close(cec);
+        conn->socket.close(cec);
+      }
+      if (!ec && !(cancel && cancel->cancelled())) {
+        conn->deadline.Clear();
+      } else {
+        conn->Close();  // its deadline wait holds it: stopped, it goes now
       }
       if (cancel) cancel->Unbind();
       if (cancel && cancel->cancelled()) co_return absl::CancelledError("request cancelled");
@@ -283,7 +324,7 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
         co_return ConnectError(ec, "connect " + key);
       }
       beast::error_code nec;
-      conn->socket().set_option(tcp::no_delay(true), nec);
+      conn->socket.set_option(tcp::no_delay(true), nec);
     }
     auto impl = std::make_unique<ClientStream::Impl>(std::move(conn), pool_, key);
     impl->deadline = deadline;
@@ -296,21 +337,25 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
     };
     new_parser();
 
-    impl->stream.expires_at(deadline);
-    if (cancel) cancel->Bind([s = impl.get()] { s->stream.cancel(); });
+    Conn& c = *impl->conn;
+    c.Expires(deadline, impl->conn);
+    if (cancel) {
+      cancel->Bind([&c] {
+        beast::error_code cec;
+        c.socket.cancel(cec);
+      });
+    }
     beast::error_code ec;
-    co_await asio::async_write(impl->stream, request_bytes, NoThrow(ec));
+    co_await asio::async_write(c.socket, request_bytes, NoThrow(ec));
     // Interim responses (100 Continue, 102, 103) precede the final one and carry no
     // body (RFC 9110 §15.2): skipped, at most kMaxInterimResponses of them. A 101 is
     // final: this client never asks to switch protocols, so it is malformed here.
     for (int interim = 0; !ec; ++interim) {
-      impl->stream.expires_at(deadline);
-      co_await bhttp::async_read_header(impl->stream, impl->buffer, *impl->parser, NoThrow(ec));
+      co_await bhttp::async_read_header(c.socket, impl->buffer, *impl->parser, NoThrow(ec));
       const unsigned code = ec ? 0 : impl->parser->get().result_int();
       if (code < 100 || code > 199) break;
       if (code == 101 || interim + 1 >= kMaxInterimResponses) {
-        beast::error_code cec;
-        impl->stream.socket().close(cec);
+        c.Close();
         if (cancel) cancel->Unbind();
         co_return absl::DataLossError(
             method + " " + key + target + ": malformed response: " +
@@ -320,15 +365,15 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
       }
       new_parser();
     }
+    c.deadline.Clear();
+    ec = c.TimedOut(ec);
     if (cancel) cancel->Unbind();
     if (cancel && cancel->cancelled()) {
-      beast::error_code cec;
-      impl->stream.socket().close(cec);
+      c.Close();
       co_return absl::CancelledError("request cancelled");
     }
     if (ec) {
-      beast::error_code cec;
-      impl->stream.socket().close(cec);
+      c.Close();
       bool stale = reused && ec != beast::error::timeout && impl->buffer.size() == 0;
       if (stale) continue;
       co_return MapError(ec, method + " " + key + target, false);

@@ -128,6 +128,7 @@ class Client {
   size_t idle_connections() const;
 
   struct Pool;
+  struct Conn;
 
  private:
   asio::any_io_executor executor_;

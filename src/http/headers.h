@@ -3,6 +3,9 @@
 // Plain value type; not thread-safe (copy it across threads).
 #pragma once
 
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -34,6 +37,7 @@ class Headers {
     return false;
   }
   void Add(std::string name, std::string value) {
+    if (fields_.capacity() == 0) fields_.reserve(8);  // no regrowth for a usual message
     fields_.push_back({std::move(name), std::move(value)});
   }
   // Replaces every field called `name` with one field.
@@ -52,7 +56,22 @@ class Headers {
   void AppendWire(std::string& out) const {
     for (const Field& f : fields_) {
       if (!IsWireSafe(f)) continue;
-      out.append(f.name).append(": ").append(f.value).append("\r\n");
+      AppendField(out, f);
+    }
+  }
+  // AppendWire without the fields named in `skip` (case-insensitive): the ones a
+  // writer sets itself (Content-Length, Connection, ...). One pass, nothing erased.
+  void AppendWireExcept(std::string& out, std::initializer_list<std::string_view> skip) const {
+    for (const Field& f : fields_) {
+      if (!IsWireSafe(f)) continue;
+      bool skipped = false;
+      for (std::string_view name : skip) {
+        if (EqualsIgnoreCase(f.name, name)) {
+          skipped = true;
+          break;
+        }
+      }
+      if (!skipped) AppendField(out, f);
     }
   }
 
@@ -74,11 +93,40 @@ class Headers {
   }
 
  private:
+  // Eight bytes at a time: a word holds CR, LF or NUL when w ^ CR.., w ^ LF.. or w
+  // itself holds a zero byte.
   static bool WireSafe(std::string_view s) {
-    for (char c : s) {
+    size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, s.data() + i, 8);
+      if (HasZeroByte(w) || HasZeroByte(w ^ 0x0d0d0d0d0d0d0d0dull) ||
+          HasZeroByte(w ^ 0x0a0a0a0a0a0a0a0aull)) {
+        return false;
+      }
+    }
+    for (; i < s.size(); ++i) {
+      const char c = s[i];
       if (c == '\r' || c == '\n' || c == '\0') return false;
     }
     return true;
+  }
+  // True when a byte of `w` is zero (exact: Hacker's Delight's haszero).
+  static bool HasZeroByte(uint64_t w) {
+    return ((w - 0x0101010101010101ull) & ~w & 0x8080808080808080ull) != 0;
+  }
+  static void AppendField(std::string& out, const Field& f) {
+    const size_t at = out.size();
+    out.resize(at + f.name.size() + f.value.size() + 4);
+    char* p = out.data() + at;
+    std::memcpy(p, f.name.data(), f.name.size());
+    p += f.name.size();
+    *p++ = ':';
+    *p++ = ' ';
+    std::memcpy(p, f.value.data(), f.value.size());
+    p += f.value.size();
+    *p++ = '\r';
+    *p = '\n';
   }
 
   std::vector<Field> fields_;

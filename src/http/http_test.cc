@@ -20,6 +20,28 @@ using namespace std::chrono_literals;
 
 using infera::testing::WaitFor;
 
+// The wire form checks eight bytes at a time: a CR, LF or NUL at every position of
+// values longer than a word drops the field; the named fields are skipped.
+TEST(HeadersTest, WireFormDropsSplittingFieldsAndSkipsNamedOnes) {
+  for (char bad : {'\r', '\n', '\0'}) {
+    for (size_t len : {1u, 7u, 8u, 9u, 16u, 23u}) {
+      for (size_t at = 0; at < len; ++at) {
+        std::string value(len, 'v');
+        value[at] = bad;
+        Headers h{{"X-Ok", "fine"}, {"X-Bad", value}};
+        std::string out;
+        h.AppendWire(out);
+        EXPECT_EQ(out, "X-Ok: fine\r\n") << "byte " << int(bad) << " at " << at << " of " << len;
+      }
+    }
+  }
+  Headers h{{"content-length", "3"}, {"X-A", "\x7f\xff high bytes stay"}, {"CONNECTION", "close"},
+            {"Host", "h"}};
+  std::string out;
+  h.AppendWireExcept(out, {"Content-Length", "Connection"});
+  EXPECT_EQ(out, "X-A: \x7f\xff high bytes stay\r\nHost: h\r\n");
+}
+
 Deadline In(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
 
 class HttpTest : public ::testing::Test {
@@ -73,6 +95,13 @@ class HttpTest : public ::testing::Test {
         co_await t.async_wait(asio::use_awaitable);
       }
       if (!w.client_gone()) co_await w.Send(200, {}, "released");
+    } else if (req.path() == "/flood") {
+      // Chunks until a write fails (the client does not read).
+      co_await w.BeginStream(200, {});
+      const std::string chunk(256 << 10, 'x');
+      while (co_await w.WriteChunk(chunk)) {
+      }
+      flood_failed_.fetch_add(1);
     } else if (req.path() == "/none") {
       co_return;
     } else {
@@ -127,7 +156,7 @@ class HttpTest : public ::testing::Test {
   IoPool pool_{2};
   std::unique_ptr<Server> server_;
   std::vector<std::unique_ptr<Client>> clients_;
-  std::atomic<int> acked_{0}, hanging_{0}, gone_{0};
+  std::atomic<int> acked_{0}, hanging_{0}, gone_{0}, flood_failed_{0};
   std::atomic<bool> release_{false};
 };
 
@@ -365,6 +394,19 @@ TEST_F(HttpTest, TrickledBodyAndHeaderGet408) {
   EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 408") << out;
   // A quiet keep-alive connection is closed without a word.
   EXPECT_EQ(Raw(""), "");
+}
+
+// A client that does not read its answer is cut off write_timeout_ms after a write
+// blocked: the handler's write fails and the connection is closed (the deadline is
+// the connection's one lazily re-armed timer, http/lazy_timer.h).
+TEST_F(HttpTest, ClientThatDoesNotReadIsCutOffAfterTheWriteTimeout) {
+  ServerOptions opt;
+  opt.write_timeout_ms = 300;
+  Restart(opt);
+  asio::io_context io;
+  auto s = Open(io, "GET /flood HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_TRUE(WaitFor([&] { return flood_failed_.load() == 1; }));
+  EXPECT_TRUE(WaitFor([&] { return server_->open_connections() == 0; }));
 }
 
 // A client that sent a pipelined request and then went away cancels the running

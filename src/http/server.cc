@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "http/fd_limit.h"
+#include "http/lazy_timer.h"
 #include "spdlog/spdlog.h"
 
 namespace infera::http {
@@ -146,16 +147,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection(Server& server, int loop, tcp::socket socket)
       : server_(server),
         loop_(loop),
-        stream_(std::move(socket)),
-        read_timer_(stream_.get_executor()) {}
+        socket_(std::move(socket)),
+        deadline_(socket_.get_executor(), [this] { OnDeadline(); }) {}
 
   Awaitable<void> Run();
   // Closes the connection if it is between requests (shutdown).
   void CloseIfIdle() {
     if (idle_) {
       beast::error_code ec;
-      stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-      stream_.socket().close(ec);
+      socket_.shutdown(tcp::socket::shutdown_both, ec);
+      socket_.close(ec);
     }
   }
 
@@ -178,59 +179,40 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ResponseWriter* writer = nullptr;
   };
   void Watch(std::shared_ptr<WatchState> state);
+  // One deadline per connection (LazyTimer: one timer wait, re-armed lazily), for
+  // the read under way (header or body) or the write. A read past its deadline is
+  // cancelled and read_timed_out_ set: the socket stays open for the 408. A write past
+  // its deadline closes the socket (the client does not read: nothing can be sent).
   void ArmWrite() {
-    stream_.expires_after(std::chrono::milliseconds(server_.options_.write_timeout_ms));
+    deadline_is_write_ = true;
+    deadline_.SetAfter(std::chrono::milliseconds(server_.options_.write_timeout_ms),
+                       shared_from_this());
   }
-  // The deadline of a read (header or body). Beast's own stream timeout closes the
-  // socket, which leaves no way to answer 408; this one cancels the read and sets
-  // read_timed_out_, and the socket stays open for the answer.
-  // One timer wait per connection, re-armed lazily: arming and disarming only move
-  // read_deadline_ (a keep-alive request costs a clock read, not a timer operation);
-  // the wait, when it fires, sleeps again until the current deadline, and is restarted
-  // only when a new deadline is earlier than the one it waits for.
   void ArmReadDeadline(int64_t ms) {
-    stream_.expires_never();
+    deadline_is_write_ = false;
     read_timed_out_ = false;
-    read_deadline_ = SteadyClock::now() + std::chrono::milliseconds(ms);
-    if (!read_wait_pending_ || read_timer_.expiry() > read_deadline_) StartReadWait();
+    deadline_.SetAfter(std::chrono::milliseconds(ms), shared_from_this());
   }
-  void DisarmReadDeadline() { read_deadline_ = SteadyClock::time_point::max(); }
-  // At the end of the connection: the pending wait completes now (it holds `this`).
-  void StopReadDeadline() {
-    DisarmReadDeadline();
-    ++read_gen_;
-    read_timer_.cancel();
-  }
-  void StartReadWait() {
-    const uint64_t gen = ++read_gen_;
-    read_wait_pending_ = true;
-    read_timer_.expires_at(read_deadline_);  // a pending wait completes as superseded
-    read_timer_.async_wait([self = shared_from_this(), gen](const beast::error_code& ec) {
-      if (gen != self->read_gen_) return;  // superseded or stopped
-      self->read_wait_pending_ = false;
-      if (ec || self->read_deadline_ == SteadyClock::time_point::max()) return;
-      if (SteadyClock::now() < self->read_deadline_) {
-        self->StartReadWait();  // moved on since this wait began
-        return;
-      }
-      self->read_timed_out_ = true;
-      beast::error_code cec;
-      self->stream_.socket().cancel(cec);
-    });
+  void Disarm() { deadline_.Clear(); }
+  void OnDeadline() {
+    beast::error_code ec;
+    if (deadline_is_write_) {
+      socket_.close(ec);
+      return;
+    }
+    read_timed_out_ = true;
+    socket_.cancel(ec);
   }
 
   Server& server_;
   int loop_;
-  beast::tcp_stream stream_;
+  tcp::socket socket_;
   beast::flat_buffer buffer_;
   bool idle_ = true;
   bool keep_alive_ = true;
   bool head_request_ = false;  // the request being answered is HEAD: no body
-  using SteadyClock = asio::steady_timer::clock_type;
-  asio::steady_timer read_timer_;
-  SteadyClock::time_point read_deadline_ = SteadyClock::time_point::max();
-  bool read_wait_pending_ = false;
-  uint64_t read_gen_ = 0;
+  LazyTimer deadline_;
+  bool deadline_is_write_ = false;
   bool read_timed_out_ = false;
   // The disconnect watch of the request being handled (one read on the socket, no
   // coroutine). `writer` is cleared when the handler returns.
@@ -243,7 +225,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 Awaitable<bool> Connection::WriteSimple(bhttp::response<bhttp::string_body>& res) {
   ArmWrite();
   beast::error_code ec;
-  co_await bhttp::async_write(stream_, res, NoThrow(ec));
+  co_await bhttp::async_write(socket_, res, NoThrow(ec));
+  Disarm();
   co_return !ec;
 }
 
@@ -259,7 +242,8 @@ Awaitable<void> Connection::SendError(int status, std::string_view message, std:
     bhttp::response_serializer<bhttp::string_body> sr{res};
     ArmWrite();
     beast::error_code ec;
-    co_await bhttp::async_write_header(stream_, sr, NoThrow(ec));
+    co_await bhttp::async_write_header(socket_, sr, NoThrow(ec));
+    Disarm();
     co_return;
   }
   co_await WriteSimple(res);
@@ -282,7 +266,7 @@ Awaitable<void> Connection::ReadHeader(bhttp::request_parser<bhttp::string_body>
       // Leading empty lines (RFC 9112 §2.2) or the like: let Beast read on.
       if (ec == bhttp::error::need_more) {
         ec = {};
-        co_await bhttp::async_read_header(stream_, buffer_, parser, NoThrow(ec));
+        co_await bhttp::async_read_header(socket_, buffer_, parser, NoThrow(ec));
       }
       co_return;
     }
@@ -291,7 +275,7 @@ Awaitable<void> Connection::ReadHeader(bhttp::request_parser<bhttp::string_body>
       co_return;
     }
     scanned = data.size();
-    const size_t n = co_await stream_.socket().async_read_some(
+    const size_t n = co_await socket_.async_read_some(
         buffer_.prepare(std::max<size_t>(4096, std::min<size_t>(65536, limit - data.size()))),
         NoThrow(ec));
     if (ec) co_return;
@@ -323,7 +307,7 @@ Awaitable<void> Connection::ReadBody(bhttp::request_parser<bhttp::string_body>& 
       ec = bhttp::error::body_limit;
       co_return;
     }
-    const size_t n = co_await stream_.socket().async_read_some(buffer_.prepare(65536), NoThrow(ec));
+    const size_t n = co_await socket_.async_read_some(buffer_.prepare(65536), NoThrow(ec));
     if (ec == asio::error::eof) {
       ec = {};
       parser.put_eof(ec);  // partial_message: the body was cut
@@ -344,7 +328,7 @@ Awaitable<void> Connection::ReadBody(bhttp::request_parser<bhttp::string_body>& 
 // buffer again.
 void Connection::Watch(std::shared_ptr<WatchState> state) {
   if (buffer_.size() >= kMaxWatchBufferBytes) return;
-  stream_.socket().async_read_some(
+  socket_.async_read_some(
       buffer_.prepare(4096),
       [self = shared_from_this(), state = std::move(state)](const beast::error_code& ec, size_t n) {
         if (!ec) {
@@ -377,7 +361,7 @@ Awaitable<void> Connection::Run() {
     beast::error_code ec;
     bool obs_fold = false;
     co_await ReadHeader(parser, ec, &obs_fold);
-    DisarmReadDeadline();
+    Disarm();
     idle_ = false;
     if (obs_fold) {
       co_await SendError(400, "obsolete line folding (obs-fold) is not allowed in a request header",
@@ -449,7 +433,8 @@ Awaitable<void> Connection::Run() {
       bhttp::response<bhttp::empty_body> cont{bhttp::status::continue_, 11};
       ArmWrite();
       beast::error_code wec;
-      co_await bhttp::async_write(stream_, cont, NoThrow(wec));
+      co_await bhttp::async_write(socket_, cont, NoThrow(wec));
+      Disarm();
       if (wec) break;
     }
     beast::error_code rec;
@@ -468,7 +453,7 @@ Awaitable<void> Connection::Run() {
     if (!rec && !parser.is_done()) {
       ArmReadDeadline(opt.request_timeout_ms);
       co_await ReadBody(parser, chunked_bytes, rec);
-      DisarmReadDeadline();
+      Disarm();
     }
     if (rec) {
       if (read_timed_out_) {
@@ -499,7 +484,7 @@ Awaitable<void> Connection::Run() {
     req.body = std::move(msg.body());
     if (peer_.empty()) {
       beast::error_code rep_ec;
-      auto ep = stream_.socket().remote_endpoint(rep_ec);
+      auto ep = socket_.remote_endpoint(rep_ec);
       if (!rep_ec) peer_ = ep.address().to_string() + ":" + std::to_string(ep.port());
     }
     req.remote_address = peer_;
@@ -523,8 +508,8 @@ Awaitable<void> Connection::Run() {
       watch_->writer = nullptr;
       watch_.reset();
       beast::error_code cec;
-      stream_.socket().cancel(cec);
-      co_await asio::post(stream_.get_executor(), use_awaitable);
+      socket_.cancel(cec);
+      co_await asio::post(socket_.get_executor(), use_awaitable);
     }
     if (error) {
       try {
@@ -541,10 +526,10 @@ Awaitable<void> Connection::Run() {
     }
     if (!writer.finished() || writer.failed() || writer.client_gone() || !keep_alive_) break;
   }
-  StopReadDeadline();
+  deadline_.Stop();
   beast::error_code ec;
-  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-  stream_.socket().close(ec);
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  socket_.close(ec);
 }
 
 void ResponseWriter::MarkClientGone() {
@@ -567,10 +552,7 @@ Awaitable<bool> ResponseWriter::Send(int status, Headers headers, std::string bo
   auto beast_reason = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
   std::string_view reason(beast_reason.data(), beast_reason.size());
   head.append(reason.empty() ? std::string_view("Unknown") : reason).append("\r\n");
-  headers.Remove("Content-Length");
-  headers.Remove("Transfer-Encoding");
-  headers.Remove("Connection");
-  headers.AppendWire(head);
+  headers.AppendWireExcept(head, {"Content-Length", "Transfer-Encoding", "Connection"});
   bool keep = conn_->keep_alive_ && !conn_->server_.stopping();
   if (!keep) head.append("Connection: close\r\n");
   head.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n\r\n");
@@ -579,7 +561,8 @@ Awaitable<bool> ResponseWriter::Send(int status, Headers headers, std::string bo
   // A response to HEAD has the head (Content-Length included) but no body.
   std::array<asio::const_buffer, 2> buffers = {
       asio::buffer(head), conn_->head_request_ ? asio::const_buffer() : asio::buffer(body)};
-  co_await asio::async_write(conn_->stream_, buffers, NoThrow(ec));
+  co_await asio::async_write(conn_->socket_, buffers, NoThrow(ec));
+  conn_->Disarm();
   bool ok = !ec;
   if (!keep) conn_->keep_alive_ = false;
   finished_ = true;
@@ -604,7 +587,8 @@ Awaitable<bool> ResponseWriter::BeginStream(int status, Headers headers) {
       std::make_unique<bhttp::response_serializer<bhttp::empty_body>>(*head);
   conn_->ArmWrite();
   beast::error_code ec;
-  co_await bhttp::async_write_header(conn_->stream_, *conn_->stream_serializer_, NoThrow(ec));
+  co_await bhttp::async_write_header(conn_->socket_, *conn_->stream_serializer_, NoThrow(ec));
+  conn_->Disarm();
   if (ec) {
     failed_ = true;
     MarkClientGone();
@@ -619,7 +603,8 @@ Awaitable<bool> ResponseWriter::WriteChunk(std::string_view data) {
   conn_->ArmWrite();
   beast::error_code ec;
   co_await asio::async_write(
-      conn_->stream_, bhttp::make_chunk(asio::const_buffer(data.data(), data.size())), NoThrow(ec));
+      conn_->socket_, bhttp::make_chunk(asio::const_buffer(data.data(), data.size())), NoThrow(ec));
+  conn_->Disarm();
   if (ec) {
     failed_ = true;
     MarkClientGone();
@@ -636,7 +621,8 @@ Awaitable<bool> ResponseWriter::EndStream() {
   }
   conn_->ArmWrite();
   beast::error_code ec;
-  co_await asio::async_write(conn_->stream_, bhttp::make_chunk_last(), NoThrow(ec));
+  co_await asio::async_write(conn_->socket_, bhttp::make_chunk_last(), NoThrow(ec));
+  conn_->Disarm();
   finished_ = true;
   if (ec) {
     failed_ = true;

@@ -90,6 +90,8 @@ http::Awaitable<void> MixedDispatcher::Dispatch(RequestContext& ctx, http::Respo
     worker.health.OnSuccess();
     RelayFeedback feedback;
     feedback.guards = &plan->guards;
+    // The reported usage serves only a pick that predicted its cached tokens.
+    feedback.probe_usage = leg.predicted_cached_tokens.has_value();
     co_await Relay::Run(ctx, response, worker_id, ctx.transform.get(), w, &feedback);
     if (leg.predicted_cached_tokens && feedback.usage.cached_tokens()) {
       planner_.RecordPrediction(leg, *feedback.usage.cached_tokens());

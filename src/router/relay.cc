@@ -69,7 +69,7 @@ http::Awaitable<void> Relay::Whole(RequestContext& ctx, UpstreamResponse& respon
                                    RelayFeedback* feedback) {
   const int status = response.status();
   if (status >= 400) ctx.outcome = Outcome::kClientError;
-  const bool probe = feedback != nullptr && status == 200;
+  const bool probe = feedback != nullptr && feedback->probe_usage && status == 200;
   // A translated answer is read whole (the translation needs all of it), bounded; the
   // worker's own bytes are held only up to kSendWholeBytes.
   const size_t hold = transform != nullptr ? ctx.relay.max_translated_bytes : kSendWholeBytes;
@@ -234,7 +234,7 @@ http::Awaitable<void> Relay::Stream(RequestContext& ctx, UpstreamResponse& respo
     events.clear();
     const bool within = framer.Feed(**piece, events);
     if (!events.empty()) {
-      if (feedback != nullptr) feedback->usage.Chunk(events);
+      if (feedback != nullptr && feedback->probe_usage) feedback->usage.Chunk(events);
       MarkFirstByte(ctx);
       const bool ok = transform != nullptr ? co_await w.WriteChunk(transform->Chunk(events))
                                            : co_await w.WriteChunk(events);

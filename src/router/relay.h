@@ -30,6 +30,7 @@ namespace infera::router {
 struct RelayFeedback {
   PickGuards* guards = nullptr;  // PrefillDone() at the first body byte of a stream
   UsageProbe usage;              // usage.prompt_tokens_details.cached_tokens, if reported
+  bool probe_usage = true;       // false: `usage` is not read (no JSON work for it)
 };
 
 class Relay {
