@@ -33,13 +33,13 @@
 #include "events/shared_kv_index.h"
 #include "http/io_pool.h"
 #include "http/server.h"
-#include "router/decode_demand_routing.h"
-#include "router/health_checker.h"
-#include "router/nats_upstream.h"
-#include "router/pd_options.h"
-#include "router/render_parity_prober.h"
-#include "router/replica_sync.h"
-#include "router/upstream.h"
+#include "router/plan/decode_demand_routing.h"
+#include "router/plan/health_checker.h"
+#include "router/dispatch/nats_upstream.h"
+#include "router/dispatch/pd/options.h"
+#include "router/encode/render_parity_prober.h"
+#include "router/sync/replica_sync.h"
+#include "router/dispatch/upstream.h"
 
 namespace infera::router {
 
