@@ -3,7 +3,7 @@
 //
 //   http::Server -> ApiFront (route table, admin views)
 //     -> RequestPipeline: ParseApiRequest -> upstream body -> PromptEncoder
-//     -> Dispatcher (MixedDispatcher): PickPlanner::PlanMixed(ctx, fleet snapshot)
+//     -> Dispatcher (AttemptLoop): PickPlanner::PlanMixed / PlanPd(ctx, fleet snapshot)
 //        -> Upstream::Send -> failover / Relay (SSE, Anthropic transform)
 //        -> PickGuards released -> RouterMetrics
 //   discovery -> WorkerSet (records, DP expansion, breakers, Fleet snapshots)
@@ -147,7 +147,6 @@ class Router {
   void Shutdown();
 
   void AddWorker(const discovery::WorkerRecord& record);
-  void UpdateWorker(const discovery::WorkerRecord& record);
   void RemoveWorker(const std::string& worker_id);
   discovery::DiscoveryCallbacks Callbacks();
 
@@ -182,8 +181,7 @@ class Router {
   std::unique_ptr<WorkPool> work_pool_;
   std::unique_ptr<Upstream> upstream_;
   NatsUpstream* nats_ = nullptr;  // owned by upstream_; null: no NATS request transport
-  std::unique_ptr<Dispatcher> mixed_dispatcher_;
-  std::unique_ptr<Dispatcher> dispatcher_;   // PD, falling back to the mixed one
+  std::unique_ptr<Dispatcher> dispatcher_;  // AttemptLoop: mixed and PD
   std::unique_ptr<TenantSalt> tenant_salt_;  // null: --tenant-cache-salt off
   std::unique_ptr<RequestPipeline> pipeline_;
   std::unique_ptr<AdminViews> views_;

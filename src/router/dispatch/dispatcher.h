@@ -1,12 +1,10 @@
 // Dispatcher: sends a prepared request to the fleet and answers the client.
 //
 // It owns the attempt loop: plan (PickPlanner), send each leg (Upstream), fail over
-// before the first byte, relay (Relay), release the plan's guards. Implementations:
-//   MixedDispatcher (mixed_dispatcher.h): one leg per attempt, today's only one.
-//   a PD dispatcher (next): prefill leg then decode leg of a two-leg PickPlan, with
-//   one small protocol leaf per transfer protocol (sglang-bootstrap, vllm-nixl,
-//   vllm-mooncake) rewriting the leg bodies (leg_request.h).
-// RequestPipeline chooses the dispatcher.
+// before the first byte, relay (Relay), release the plan's guards. The router's one
+// implementation is AttemptLoop (attempt_loop.h), mixed and PD alike: one leg per
+// mixed attempt, a prefill and a decode leg per disaggregated one (PdPair,
+// pd/pd_pair.h, with one PdProtocol leaf per transfer protocol).
 //
 // Sets ctx.outcome and ctx.status. Thread-safety: Dispatch runs on the request's
 // loop; one dispatcher serves every loop concurrently.

@@ -13,8 +13,7 @@ void AddressWorker(UpstreamRequest& up, const FleetWorker& worker) {
       worker.record.request_transport == "nats" ? RequestTransport::kNats : RequestTransport::kHttp;
 }
 
-UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg,
-                           const nlohmann::json* extra) {
+UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg) {
   UpstreamRequest up;
   AddressWorker(up, *leg.worker);
   up.path = ctx.upstream_path;
@@ -28,9 +27,8 @@ UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg,
   if (leg.dp_rank) up.headers.Add(kDpRankHeader, std::to_string(*leg.dp_rank));
   up.deadline_ns = ctx.deadline_ns;
   up.cancel = ctx.cancel;
-  const bool has_extra = extra != nullptr && extra->is_object() && !extra->empty();
   const bool body_rank = leg.dp_rank && TakesBodyDpRank(leg.worker->record);
-  if (!body_rank && !has_extra && !ctx.api.client_dp_rank) {
+  if (!body_rank && !ctx.api.client_dp_rank) {
     up.body = ctx.upstream_body;
     return up;
   }
@@ -45,9 +43,6 @@ UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg,
     j["data_parallel_rank"] = *leg.dp_rank;
   } else {
     j.erase("data_parallel_rank");
-  }
-  if (has_extra) {
-    for (auto it = extra->begin(); it != extra->end(); ++it) j[it.key()] = it.value();
   }
   up.body = j.dump();
   return up;

@@ -7,8 +7,8 @@
 // with several ranks that speaks SGLang (engine "sglang" or sglang-bootstrap) the
 // body's data_parallel_rank is set to r too. A client's data_parallel_rank /
 // routed_dp_rank never reaches a worker: replaced or removed (doc/data-parallel.md).
-// A PD protocol leaf adds its own fields (bootstrap room, kv_transfer_params)
-// through `extra` the same way.
+// A PD protocol leaf (pd/protocol.h) adds its own fields (bootstrap room,
+// kv_transfer_params) to this body.
 //
 // Thread-safety: pure.
 #pragma once
@@ -30,9 +30,7 @@ void AddressWorker(UpstreamRequest& up, const FleetWorker& worker);
 // True when the worker reads the rank from the body's data_parallel_rank (SGLang).
 bool TakesBodyDpRank(const discovery::WorkerRecord& record);
 
-// REQUIRES: leg.worker is set. `extra` (an object, may be null) is merged into the
-// body's top level.
-UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg,
-                           const nlohmann::json* extra = nullptr);
+// REQUIRES: leg.worker is set.
+UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg);
 
 }  // namespace infera::router

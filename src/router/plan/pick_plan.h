@@ -1,7 +1,7 @@
 // PickPlan: where one attempt of a request goes, and the holds it takes.
 //
 // A mixed (or decode-only) plan has one leg. A disaggregated plan has two, prefill
-// first, and names the transfer protocol of the pair (pd_dispatcher.h). The guards
+// first, and names the transfer protocol of the pair (dispatch/pd/pd_pair.h). The guards
 // release every hold of the attempt exactly once (pick_guards.h); the prefill leg's
 // holds are apart, since they may go before the request ends (--pd-prefill-guard-release).
 //

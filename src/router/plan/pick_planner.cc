@@ -150,6 +150,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     }
   }
   history.tried.push_back(owner->record.worker_id);
+  ++history.plans;
   const size_t role = static_cast<size_t>(pick.role) % 3;
   owner->picks[role][owner->RankIndex(pick.picked)]->fetch_add(1, std::memory_order_relaxed);
   metrics_.ObservePick(pick.role, pick.cache_hits, pick.request_blocks);

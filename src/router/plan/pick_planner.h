@@ -58,7 +58,7 @@ class RouterMetrics;
 // What the planner saw over one request's attempts (the final error depends on it).
 struct PlanHistory {
   std::vector<std::string> tried;  // worker ids picked so far (PD: those that failed)
-  int plans = 0;                   // plans made (stage timings are the first's)
+  int plans = 0;                   // plans made (PD: stage timings are the first's)
   bool any_worker = false;         // the fleet was not empty
   bool model_known = false;        // some non-decode worker serves the model
 };

@@ -1,12 +1,13 @@
 // PdProtocol: what one PD transfer protocol adds to the two legs of a disaggregated
 // request (doc/pd.md §3 and §6; the pure bodies are src/router/dispatch/pd/leg_bodies.h).
 //
-//   sglang-bootstrap (pd_sglang_bootstrap.cc)  concurrent; bootstrap_host/port/room
-//   vllm-nixl        (pd_vllm_nixl.cc)         serial; the prefill answer's
-//                                              kv_transfer_params go to the decode leg
-//   vllm-mooncake    (pd_vllm_mooncake.cc)     concurrent; transfer_id, remote
-//                                              bootstrap address and engine id
-// The PD dispatcher (pd_dispatcher.h) sends the legs in the protocol's order.
+//   sglang-bootstrap (sglang_bootstrap.cc)  concurrent; bootstrap_host/port/room
+//   vllm-nixl        (vllm_nixl.cc)         serial; the prefill answer's
+//                                          kv_transfer_params go to the decode leg
+//   vllm-mooncake    (vllm_mooncake.cc)     concurrent; transfer_id, remote
+//                                          bootstrap address and engine id
+// Each is registered by one line in protocols.cc. PdPair (pd_pair.h) sends the legs
+// in the protocol's order.
 //
 // Thread-safety: leaves are stateless singletons; every method is pure.
 #pragma once
