@@ -41,6 +41,9 @@
 
 namespace infera::router {
 
+// "closed", "open" or "half_open" (/v1/workers, /v1/admin/fleet).
+const char* BreakerName(const WorkerHealth& health);
+
 class AdminViews {
  public:
   // REQUIRES: every reference outlives the views.

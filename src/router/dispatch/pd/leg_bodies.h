@@ -1,6 +1,7 @@
 // The request bodies of the two legs of each PD protocol (doc/pd.md §3, where each
-// rule's source in SGLang's and vLLM's code is named). Pure: JSON in, JSON out; the
-// router's dispatcher (doc/pd.md §6) sends them.
+// rule's source in SGLang's and vLLM's code is named). Pure: JSON in, JSON out; each is
+// defined in its protocol's file (sglang_bootstrap.cc, vllm_nixl.cc, vllm_mooncake.cc)
+// beside the PdProtocol leaf that uses it; PdPair (pd_pair.h) sends them.
 //
 //   sglang-bootstrap  both legs: the client's body + bootstrap_host, bootstrap_port,
 //                     bootstrap_room (SGLang mini_lb.py)
@@ -33,6 +34,8 @@ namespace infera::pd {
 nlohmann::json SglangLegBody(nlohmann::json body, std::string_view bootstrap_host,
                              uint32_t bootstrap_port, uint64_t bootstrap_room);
 
+// The prefill-only rewrite both vLLM connectors share (vllm_nixl.cc).
+nlohmann::json VllmPrefillOnly(nlohmann::json body, nlohmann::json kv_transfer_params);
 nlohmann::json NixlPrefillBody(nlohmann::json body);
 // FailedPrecondition when the prefill response has no kv_transfer_params object (vLLM's
 // proxy would then let the decode worker recompute the prompt; Infera reports it).

@@ -38,3 +38,18 @@ const PdProtocol& SglangBootstrapProtocol() {
 }
 
 }  // namespace infera::router
+
+namespace infera::pd {
+
+using nlohmann::json;
+
+// The leg bodies (leg_bodies.h).
+json SglangLegBody(json body, std::string_view bootstrap_host, uint32_t bootstrap_port,
+                   uint64_t bootstrap_room) {
+  body["bootstrap_host"] = std::string(bootstrap_host);
+  body["bootstrap_port"] = bootstrap_port;
+  body["bootstrap_room"] = bootstrap_room;
+  return body;
+}
+
+}  // namespace infera::pd

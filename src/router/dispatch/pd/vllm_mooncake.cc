@@ -30,3 +30,43 @@ const PdProtocol& VllmMooncakeProtocol() {
 }
 
 }  // namespace infera::router
+
+namespace infera::pd {
+
+using nlohmann::json;
+
+// The leg bodies (leg_bodies.h).
+namespace {
+
+void DecrementAtLeastOne(json& body, const char* key) {
+  auto it = body.find(key);
+  if (it == body.end() || !it->is_number_integer()) return;
+  const int64_t v = it->get<int64_t>();
+  if (v > 1) *it = v - 1;
+}
+
+}  // namespace
+
+std::string MooncakeTransferId(std::string_view request_id) {
+  return "xfer-" + std::string(request_id);
+}
+
+json MooncakePrefillBody(json body, std::string_view transfer_id) {
+  return VllmPrefillOnly(std::move(body), {{"do_remote_decode", true},
+                                           {"do_remote_prefill", false},
+                                           {"transfer_id", std::string(transfer_id)}});
+}
+
+json MooncakeDecodeBody(json body, std::string_view transfer_id, std::string_view bootstrap_addr,
+                        std::string_view engine_id) {
+  body["kv_transfer_params"] = {{"do_remote_decode", false},
+                                {"do_remote_prefill", true},
+                                {"remote_bootstrap_addr", "http://" + std::string(bootstrap_addr)},
+                                {"remote_engine_id", std::string(engine_id)},
+                                {"transfer_id", std::string(transfer_id)}};
+  DecrementAtLeastOne(body, "max_tokens");
+  DecrementAtLeastOne(body, "max_completion_tokens");
+  return body;
+}
+
+}  // namespace infera::pd
