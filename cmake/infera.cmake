@@ -130,7 +130,7 @@ endfunction()
 # flags do not match (and parses the headers instead), so a mismatch costs time, not
 # correctness; -Winvalid-pch shows it. At -O3, g++ 12 inlines differently with the PCH
 # and reports false -Wstringop-overflow/-Warray-bounds on `std::string + ...` in
-# src/router/admin_views.cc (the GCC 12 family of -Wrestrict above), and the PCH saves
+# src/router/admin/admin_views.cc (the GCC 12 family of -Wrestrict above), and the PCH saves
 # next to nothing there (doc/build.md). Kept as an option to re-measure when the
 # network-facing targets grow.
 option(INFERA_PCH "Precompile the heavy third-party headers of the network-facing targets" OFF)

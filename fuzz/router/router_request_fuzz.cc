@@ -8,8 +8,8 @@
 #include <optional>
 #include <string_view>
 
-#include "router/anthropic.h"
-#include "router/api_request.h"
+#include "router/request/anthropic.h"
+#include "router/request/api_request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -9,9 +9,9 @@
 #include <string>
 #include <string_view>
 
-#include "router/anthropic.h"
-#include "router/sse_framer.h"
-#include "router/sse_parser.h"
+#include "router/request/anthropic.h"
+#include "router/dispatch/sse_framer.h"
+#include "router/request/sse_parser.h"
 
 namespace {
 

@@ -19,10 +19,10 @@
 #include "http/client.h"
 #include "http/io_pool.h"
 #include "http/url.h"
-#include "router/prompt_encoder.h"
+#include "router/encode/prompt_encoder.h"
 #include "router/work_pool.h"
-#include "router/render_parity.h"
-#include "router/router_metrics.h"
+#include "router/encode/render_parity.h"
+#include "router/metrics/router_metrics.h"
 
 namespace infera::doctor {
 namespace {

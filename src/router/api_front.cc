@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "router/anthropic.h"
-#include "router/api_errors.h"
-#include "router/dashboard_page.h"
+#include "router/request/anthropic.h"
+#include "router/request/api_errors.h"
+#include "router/admin/dashboard_page.h"
 
 namespace infera::router {
 namespace {

@@ -16,9 +16,9 @@
 #include <string>
 
 #include "http/server.h"
-#include "router/admin_auth.h"
-#include "router/admin_views.h"
-#include "router/request_ids.h"
+#include "router/admin/admin_auth.h"
+#include "router/admin/admin_views.h"
+#include "router/request/request_ids.h"
 #include "router/request_pipeline.h"
 
 namespace infera::router {

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "router/decode_demand_routing.h"
-#include "router/fake_upstream.h"
+#include "router/plan/decode_demand_routing.h"
+#include "router/dispatch/fake_upstream.h"
 #include "router/router.h"
 #include "router/router_test_support.h"
 #include "testing/wait_for.h"

@@ -3,11 +3,11 @@
 #include <exception>
 #include <optional>
 
-#include "router/anthropic.h"
-#include "router/anthropic_transform.h"
-#include "router/api_errors.h"
+#include "router/request/anthropic.h"
+#include "router/request/anthropic_transform.h"
+#include "router/request/api_errors.h"
 #include "router/log_limiter.h"
-#include "router/request_context.h"
+#include "router/request/request_context.h"
 #include "spdlog/spdlog.h"
 
 namespace infera::router {

@@ -29,11 +29,11 @@
 
 #include "core/clock.h"
 #include "http/server.h"
-#include "router/api_request.h"
-#include "router/dispatcher.h"
-#include "router/prompt_encoder.h"
-#include "router/router_metrics.h"
-#include "router/tenant_salt.h"
+#include "router/request/api_request.h"
+#include "router/dispatch/dispatcher.h"
+#include "router/encode/prompt_encoder.h"
+#include "router/metrics/router_metrics.h"
+#include "router/request/tenant_salt.h"
 #include "router/work_pool.h"
 
 namespace infera::router {

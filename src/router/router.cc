@@ -5,22 +5,21 @@
 
 #include "events/kv_event_ingestor.h"
 #include "events/nats_event_source.h"
-#include "router/admin_views.h"
+#include "router/admin/admin_views.h"
 #include "router/api_front.h"
-#include "router/http_upstream.h"
-#include "router/mixed_dispatcher.h"
-#include "router/pd_dispatcher.h"
-#include "router/pick_planner.h"
-#include "router/prompt_encoder.h"
-#include "router/readiness.h"
-#include "router/request_ids.h"
+#include "router/dispatch/http_upstream.h"
+#include "router/dispatch/attempt_loop.h"
+#include "router/plan/pick_planner.h"
+#include "router/encode/prompt_encoder.h"
+#include "router/plan/readiness.h"
+#include "router/request/request_ids.h"
 #include "router/request_pipeline.h"
-#include "router/router_metrics.h"
+#include "router/metrics/router_metrics.h"
 #include "router/steady_clock.h"
-#include "router/tenant_salt.h"
-#include "router/transport_upstream.h"
+#include "router/request/tenant_salt.h"
+#include "router/dispatch/transport_upstream.h"
 #include "router/work_pool.h"
-#include "router/worker_set.h"
+#include "router/plan/worker_set.h"
 #include "spdlog/spdlog.h"
 
 namespace infera::router {
@@ -127,13 +126,13 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
         health->OnAdded(w);
         parity->OnAdded(std::move(w));
       });
-  mixed_dispatcher_ = std::make_unique<MixedDispatcher>(
-      options_.max_attempts, options_.request_timeout_ms, *workers_, *planner_, *upstream_, *clock_,
-      *metrics_, options_.first_byte_timeout_ms);
-  dispatcher_ = std::make_unique<PdDispatcher>(
-      options_.max_attempts, options_.request_timeout_ms, options_.pd, *workers_, *planner_,
-      *upstream_, *mixed_dispatcher_, *clock_, *metrics_, SaltFrom(env.seed) ^ 0x5044,
-      options_.first_byte_timeout_ms);
+  dispatcher_ = std::make_unique<AttemptLoop>(
+      AttemptLoopOptions{.max_attempts = options_.max_attempts,
+                         .request_timeout_ms = options_.request_timeout_ms,
+                         .first_byte_timeout_ms = options_.first_byte_timeout_ms,
+                         .pd = options_.pd,
+                         .seed = SaltFrom(env.seed) ^ 0x5044},
+      *workers_, *planner_, *upstream_, *clock_, *metrics_);
   if (!options_.tenant_salt_header.empty()) {
     tenant_salt_ =
         std::make_unique<TenantSalt>(options_.tenant_salt_header, options_.tenant_salt_key);
@@ -209,7 +208,6 @@ void Router::Shutdown() {
 }
 
 void Router::AddWorker(const discovery::WorkerRecord& record) { workers_->Add(record); }
-void Router::UpdateWorker(const discovery::WorkerRecord& record) { workers_->Update(record); }
 void Router::RemoveWorker(const std::string& worker_id) { workers_->Remove(worker_id); }
 discovery::DiscoveryCallbacks Router::Callbacks() { return workers_->Callbacks(); }
 

@@ -3,7 +3,7 @@
 //
 //   http::Server -> ApiFront (route table, admin views)
 //     -> RequestPipeline: ParseApiRequest -> upstream body -> PromptEncoder
-//     -> Dispatcher (MixedDispatcher): PickPlanner::PlanMixed(ctx, fleet snapshot)
+//     -> Dispatcher (AttemptLoop): PickPlanner::PlanMixed / PlanPd(ctx, fleet snapshot)
 //        -> Upstream::Send -> failover / Relay (SSE, Anthropic transform)
 //        -> PickGuards released -> RouterMetrics
 //   discovery -> WorkerSet (records, DP expansion, breakers, Fleet snapshots)
@@ -33,13 +33,13 @@
 #include "events/shared_kv_index.h"
 #include "http/io_pool.h"
 #include "http/server.h"
-#include "router/decode_demand_routing.h"
-#include "router/health_checker.h"
-#include "router/nats_upstream.h"
-#include "router/pd_options.h"
-#include "router/render_parity_prober.h"
-#include "router/replica_sync.h"
-#include "router/upstream.h"
+#include "router/plan/decode_demand_routing.h"
+#include "router/plan/health_checker.h"
+#include "router/dispatch/nats_upstream.h"
+#include "router/dispatch/pd/options.h"
+#include "router/encode/render_parity_prober.h"
+#include "router/sync/replica_sync.h"
+#include "router/dispatch/upstream.h"
 
 namespace infera::router {
 
@@ -147,7 +147,6 @@ class Router {
   void Shutdown();
 
   void AddWorker(const discovery::WorkerRecord& record);
-  void UpdateWorker(const discovery::WorkerRecord& record);
   void RemoveWorker(const std::string& worker_id);
   discovery::DiscoveryCallbacks Callbacks();
 
@@ -182,8 +181,7 @@ class Router {
   std::unique_ptr<WorkPool> work_pool_;
   std::unique_ptr<Upstream> upstream_;
   NatsUpstream* nats_ = nullptr;  // owned by upstream_; null: no NATS request transport
-  std::unique_ptr<Dispatcher> mixed_dispatcher_;
-  std::unique_ptr<Dispatcher> dispatcher_;   // PD, falling back to the mixed one
+  std::unique_ptr<Dispatcher> dispatcher_;  // AttemptLoop: mixed and PD
   std::unique_ptr<TenantSalt> tenant_salt_;  // null: --tenant-cache-salt off
   std::unique_ptr<RequestPipeline> pipeline_;
   std::unique_ptr<AdminViews> views_;

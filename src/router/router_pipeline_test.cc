@@ -9,8 +9,8 @@
 
 #include "http/asio.h"
 #include "http/client.h"
-#include "router/api_request.h"
-#include "router/fake_upstream.h"
+#include "router/request/api_request.h"
+#include "router/dispatch/fake_upstream.h"
 #include "router/router.h"
 #include "router/router_test_support.h"
 #include "testing/wait_for.h"

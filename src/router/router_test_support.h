@@ -12,7 +12,7 @@
 #include "core/clock.h"
 #include "http/asio.h"
 #include "http/headers.h"
-#include "router/fake_upstream.h"
+#include "router/dispatch/fake_upstream.h"
 #include "router/router.h"
 
 namespace infera::testing {

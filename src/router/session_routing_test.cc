@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "router/fake_upstream.h"
+#include "router/dispatch/fake_upstream.h"
 #include "router/router.h"
 #include "router/router_test_support.h"
 #include "testing/wait_for.h"

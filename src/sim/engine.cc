@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 
+#include "base/splitmix64.h"
 #include "core/hashing.h"
 
 namespace infera::sim {
@@ -32,10 +33,8 @@ Engine::Engine(const EngineConfig& config)
 Engine::~Engine() = default;
 
 core::TokenId Engine::GeneratedToken(uint64_t request_id, uint32_t index, uint32_t vocab_size) {
-  uint64_t z = request_id * 0x9e3779b97f4a7c15ULL + index + 0x632be59bd9b4e019ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
+  const uint64_t z = base::SplitMix64Finalize(request_id * 0x9e3779b97f4a7c15ULL + index +
+                                              0x632be59bd9b4e019ULL);
   return static_cast<core::TokenId>(z % (vocab_size == 0 ? 1 : vocab_size));
 }
 
@@ -152,13 +151,6 @@ void Engine::FinishSeq(Seq* seq) {
   cache_.Release(seq->blocks);
   ++stats_.finished;
   seqs_.erase(seq->id);
-}
-
-double Engine::Occupancy() const {
-  size_t tokens = 0;
-  for (const Seq* s : running_) tokens += s->computed;
-  const double capacity = static_cast<double>(config_.num_gpu_blocks * config_.block_size);
-  return std::min(1.0, static_cast<double>(tokens) / capacity);
 }
 
 StepResult Engine::Step() {

@@ -125,8 +125,6 @@ class Engine {
   const KvCache& cache() const { return cache_; }
   std::vector<KvEvent> TakeEvents() { return cache_.TakeEvents(); }
   const EngineStats& stats() const { return stats_; }
-  // KV occupancy p of the timing model: computed tokens of running sequences / capacity.
-  double Occupancy() const;
 
   static core::TokenId GeneratedToken(uint64_t request_id, uint32_t index, uint32_t vocab_size);
 

@@ -192,13 +192,6 @@ void KvCache::Clear() {
   events_.push_back(std::move(ev));
 }
 
-std::vector<core::BlockHash> KvCache::CachedHashes() const {
-  std::vector<core::BlockHash> out;
-  out.reserve(cached_.size());
-  for (const auto& [h, id] : cached_) out.push_back(h);
-  return out;
-}
-
 std::vector<std::pair<core::BlockHash, core::BlockHash>> KvCache::CachedBlocks() const {
   std::vector<std::pair<core::BlockHash, core::BlockHash>> out;
   out.reserve(cached_.size());

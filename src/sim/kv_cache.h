@@ -92,8 +92,6 @@ class KvCache {
   // uncached.
   void Clear();
 
-  // The engine hashes currently cached (debug dump).
-  std::vector<core::BlockHash> CachedHashes() const;
   // (engine hash, aux) of every cached block.
   std::vector<std::pair<core::BlockHash, core::BlockHash>> CachedBlocks() const;
   bool IsCached(core::BlockHash hash) const { return cached_.contains(hash); }

@@ -5,16 +5,14 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "base/splitmix64.h"
 #include "core/clock.h"
 
 namespace infera::sim {
 namespace {
 
 uint64_t Mix(uint64_t a, uint64_t b) {
-  uint64_t z = a * 0x9e3779b97f4a7c15ULL + b + 0x7f4a7c159e3779b9ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+  return base::SplitMix64Finalize(a * 0x9e3779b97f4a7c15ULL + b + 0x7f4a7c159e3779b9ULL);
 }
 
 // Seed namespaces, so a Mooncake hash id never equals a generator's segment.

@@ -1,0 +1,38 @@
+#include "router/plan/pick_guards.h"
+
+namespace infera::router {
+
+PickGuards& PickGuards::operator=(PickGuards&& other) noexcept {
+  if (this != &other) {
+    Release();
+    mu_ = other.mu_;
+    active_ = std::move(other.active_);
+    other.active_.clear();
+    demand_ = std::move(other.demand_);  // ours was released above
+  }
+  return *this;
+}
+
+void PickGuards::AddActive(core::LoadState::ActiveGuard guard) {
+  if (guard.pending()) active_.push_back(std::move(guard));
+}
+
+void PickGuards::AddDemand(core::DecodeDemand::Reservation reservation) {
+  demand_ = std::move(reservation);
+}
+
+void PickGuards::PrefillDone() {
+  if (active_.empty()) return;
+  absl::MutexLock lock(mu_);
+  for (auto& g : active_) g.PrefillDone();
+}
+
+void PickGuards::Release() {
+  if (!pending()) return;
+  absl::MutexLock lock(mu_);
+  for (auto& g : active_) g.Release();
+  active_.clear();
+  demand_.Release();
+}
+
+}  // namespace infera::router

@@ -1,0 +1,177 @@
+#include "router/plan/pick_planner.h"
+
+#include <algorithm>
+
+#include "router/metrics/router_metrics.h"
+#include "spdlog/spdlog.h"
+
+namespace infera::router {
+
+PickPlanner::PickPlanner(const core::PolicyConfig& policy, const events::SharedKvIndex& index,
+                         const core::Clock& clock, RouterMetrics& metrics, core::PdConfig pd,
+                         const core::SessionConfig& sessions, DemandOptions demand)
+    : index_(index),
+      clock_(clock),
+      metrics_(metrics),
+      selector_(policy, index.index()),
+      pd_planner_(selector_, index.index(), pd),
+      demand_mode_(demand.mode),
+      demand_(demand, metrics),
+      sessions_(sessions, metrics.sessions()) {
+  // Plan() runs under mu_.
+  pd_planner_.set_pin([this](core::Role pool, std::vector<core::TargetId>& candidates)
+                          ABSL_NO_THREAD_SAFETY_ANALYSIS { sessions_.Pin(pool, candidates); });
+  if (demand_mode_ == core::DemandMode::kOff) return;
+  // Decode input demand: every decode pick of PlanPd (called under mu_ from Plan).
+  pd_planner_.set_choose_decode([this](const core::RoutingInput&,
+                                       std::span<const core::TargetId> decode,
+                                       const core::PickResult& original) {
+    mu_.AssertHeld();
+    return demand_.Choose(decode, original, [this](core::TargetId t) {
+      mu_.AssertHeld();
+      for (size_t i = 0; i < pd_candidates_.size(); ++i) {
+        if (pd_candidates_[i].target == t) return owners_[i];
+      }
+      return static_cast<const FleetWorker*>(nullptr);
+    });
+  });
+}
+
+bool PickPlanner::ResolveAdapter(const Fleet& fleet, RequestContext& ctx) {
+  bool adapter = false;
+  for (const auto& wk : fleet) {
+    const auto& names = wk->record.lora_adapters;
+    if (std::find(names.begin(), names.end(), ctx.api.model) != names.end()) {
+      adapter = true;
+      break;
+    }
+  }
+  ctx.hash_keys.adapter = adapter ? core::KeyDigest(ctx.api.model) : 0;
+  return adapter;
+}
+
+bool PickPlanner::Admits(const FleetWorker& wk, const RequestContext& ctx, PlanHistory& history,
+                         int64_t now_ns, bool mixed_only, bool adapter) {
+  history.any_worker = true;
+  if (adapter) {
+    const auto& names = wk.record.lora_adapters;
+    if (std::find(names.begin(), names.end(), ctx.api.model) == names.end()) return false;
+  } else if (!wk.record.model_name.empty() && wk.record.model_name != ctx.api.model) {
+    return false;
+  }
+  // Prefill and decode workers are PlanPd's.
+  if (mixed_only && wk.record.disagg_mode != discovery::DisaggMode::kMixed) return false;
+  history.model_known = true;
+  if (wk.retired.load(std::memory_order_relaxed)) return false;
+  if (!wk.liveness.healthy()) return false;  // failed its active health checks
+  if (std::find(history.tried.begin(), history.tried.end(), wk.record.worker_id) !=
+      history.tried.end()) {
+    return false;
+  }
+  return wk.health.WouldAllow(now_ns);
+}
+
+absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet& fleet,
+                                                PlanHistory& history) {
+  const int64_t pick_start_ns = clock_.NowNs();
+  const bool first = history.tried.empty();
+  PickPlan plan;
+  core::PickResult pick;
+  std::optional<uint64_t> predicted;
+  const FleetWorker* owner = nullptr;
+  const bool adapter = ResolveAdapter(fleet, ctx);
+  {
+    absl::MutexLock lock(&mu_);
+    candidates_.clear();
+    owners_.clear();
+    untrusted_.clear();
+    for (const auto& wk : fleet) {
+      if (!Admits(*wk, ctx, history, pick_start_ns, /*mixed_only=*/true, adapter)) continue;
+      const bool untrusted = wk->renders_differently.load(std::memory_order_relaxed);
+      for (core::TargetId t : wk->targets) {
+        candidates_.push_back(t);
+        owners_.push_back(wk.get());
+        if (untrusted) untrusted_.push_back(t);
+      }
+    }
+    if (candidates_.empty()) return absl::NotFoundError("");
+    sessions_.Begin(ctx, pick_start_ns);
+    if (std::optional<size_t> at = sessions_.Find(core::Role::kMixed, candidates_)) {
+      candidates_.assign(1, candidates_[*at]);
+      owners_.assign(1, owners_[*at]);
+    }
+    core::RoutingInput input;
+    input.role = core::Role::kMixed;
+    input.request_id = ctx.request_id;
+    if (ctx.tokens) input.tokens = std::span<const core::TokenId>(*ctx.tokens);
+    input.keys = ctx.hash_keys;
+    input.estimated_tokens = ctx.api.estimated_tokens;
+    input.image_keys = ctx.api.image_keys;
+    input.overlap_untrusted = untrusted_;
+    input.overlap_weight_factor = RetentionWeightFactor(ctx.api.cache_retention);
+    size_t block_size = 0;
+    if (approx_) approx_->Expire(pick_start_ns);
+    // The lambda runs here, under mu_ (WithIndex calls it before returning): the
+    // analysis cannot follow a lock into a callback, so it is told not to look.
+    auto picked = index_.WithIndex([&](const core::KvIndex& index) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      if (input.keys.salt != 0) index.NoteSaltedTraffic();
+      auto r = selector_.Pick(input, candidates_);
+      if (r.ok()) block_size = index.BlockSize(r->picked);
+      return r;
+    });
+    if (!picked.ok()) return absl::UnavailableError(picked.status().message());
+    pick = std::move(*picked);
+    // Only a kv-aware pick of a text prompt consulted the view's overlap.
+    if (pick.policy == core::Policy::kKvAware && ctx.tokens && ctx.api.image_keys.empty() &&
+        block_size > 0) {
+      predicted = core::PredictedHitTokens(pick.cache_hits, ctx.tokens->size(), block_size);
+    }
+    const size_t idx = static_cast<size_t>(
+        std::find(candidates_.begin(), candidates_.end(), pick.picked) - candidates_.begin());
+    owner = owners_[idx];
+    owner->health.Allow(pick_start_ns);
+    pick.picked_name = owner->TargetName(owner->RankIndex(pick.picked));
+    if (approx_ && pick.policy == core::Policy::kKvAware && input.tokens) {
+      approx_->Record(pick.picked, *input.tokens, input.keys, pick_start_ns);
+    }
+    const std::string_view session = sessions_.Bind(pick.role, pick.picked);
+    if (spdlog::should_log(spdlog::level::info)) {
+      spdlog::info("{}{}", core::FormatPickLog(pick), session);
+    }
+    plan.guards = PickGuards(&mu_);
+    plan.guards.AddActive(std::move(pick.guard));
+  }
+  // The owner is alive: `fleet` holds it.
+  for (const auto& wk : fleet) {
+    if (wk.get() == owner) {
+      plan.legs.push_back(
+          {core::Role::kMixed, wk, pick.picked, wk->DpRankOf(pick.picked), predicted});
+      break;
+    }
+  }
+  history.tried.push_back(owner->record.worker_id);
+  ++history.plans;
+  const size_t role = static_cast<size_t>(pick.role) % 3;
+  owner->picks[role][owner->RankIndex(pick.picked)]->fetch_add(1, std::memory_order_relaxed);
+  metrics_.ObservePick(pick.role, pick.cache_hits, pick.request_blocks);
+  if (pick.policy == core::Policy::kKvAware) {
+    metrics_.cache_control().CountPick(ctx.api.cache_retention, !ctx.api.image_keys.empty());
+  }
+  Receipt(ctx, pick_start_ns, pick.policy, {LegReceiptOf(pick)});
+  if (first) {
+    const int64_t now_ns = clock_.NowNs();
+    metrics_.ObserveStages(ctx.parse_s, ctx.tokenize_s, (now_ns - pick_start_ns) * 1e-9,
+                           (now_ns - ctx.start_ns) * 1e-9);
+  }
+  if (on_plan_) on_plan_();
+  return plan;
+}
+
+void PickPlanner::Receipt(RequestContext& ctx, int64_t at_ns, core::Policy policy,
+                          absl::InlinedVector<RouteLegReceipt, 2> legs) {
+  RouteReceipt receipt{at_ns, ctx.request_id, policy, std::move(legs)};
+  if (route_receipt_) ctx.route_receipt = FormatRouteReceipt(receipt);
+  metrics_.history().RecordPick(std::move(receipt));
+}
+
+}  // namespace infera::router
