@@ -2,12 +2,35 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <chrono>
 #include <zmq.hpp>
 
 #include "events/zmq_frames.h"
 
 namespace infera::events {
+namespace {
+
+// The ingestion context: libzmq's default limit is 1,023 sockets per context, and
+// each target takes three (SUB, its monitor and the monitor's reader), so a router
+// stopped subscribing at ~340 targets ("Too many open files", doc/perf-scale.md).
+// The limit is raised to the process's descriptor limit (each socket holds at least
+// one descriptor, so that is the real bound), at most libzmq's own maximum.
+std::unique_ptr<zmq::context_t> IngestionContext() {
+  auto ctx = std::make_unique<zmq::context_t>(1);
+  rlimit limit{};
+  int max_sockets = 1023;
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    max_sockets = static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 1 << 20));
+  }
+  max_sockets = std::min(max_sockets, ctx->get(zmq::ctxopt::socket_limit));
+  ctx->set(zmq::ctxopt::max_sockets, std::max(max_sockets, 1023));
+  return ctx;
+}
+
+}  // namespace
 
 struct KvEventIngestor::Conn : StreamState {
   IngestTarget spec;
@@ -44,7 +67,7 @@ struct KvEventIngestor::Conn : StreamState {
 
 KvEventIngestor::KvEventIngestor(SharedKvIndex& index, IngestorOptions options)
     : options_(options),
-      ctx_(std::make_unique<zmq::context_t>(1)),
+      ctx_(IngestionContext()),
       index_mu_(index.mutex()),
       index_(index.index()),
       log_(options_.log_limit, options_.log_clock),
@@ -54,7 +77,7 @@ KvEventIngestor::KvEventIngestor(SharedKvIndex& index, IngestorOptions options)
 
 KvEventIngestor::KvEventIngestor(IngestorOptions options)
     : options_(options),
-      ctx_(std::make_unique<zmq::context_t>(1)),
+      ctx_(IngestionContext()),
       owned_index_(std::make_unique<SharedKvIndex>()),
       index_mu_(owned_index_->mutex()),
       index_(owned_index_->index()),
