@@ -114,6 +114,8 @@ class Shard:
                 else:
                     self.lines.append(line.strip())
                 self.cv.notify_all()
+        with self.cv:
+            self.cv.notify_all()  # exited: a waiter sees it now
 
     def send(self, cmd):
         self.p.stdin.write(cmd + "\n")
@@ -132,7 +134,7 @@ class Shard:
                 left = deadline - time.time()
                 if left <= 0:
                     raise AssertionError(f"scale_fleet: no '{prefix}' within {timeout} s")
-                self.cv.wait(left)
+                self.cv.wait(min(left, 1.0))
 
     def published(self):
         with self.cv:
@@ -280,11 +282,12 @@ def main():
             engine = {"port": re.search(r"port=(\d+)", line).group(1),
                       "events": re.search(r"events=(\S+)", line).group(1),
                       "replay": re.search(r"replay=(\S+)", line).group(1)}
-            # Ports: worker w's ranks at base + w*2*dp + r, replay + dp. A random base;
-            # another try when something holds a port of the range.
+            # Ports: worker w's ranks at base + w*2*dp + r, replay + dp. A random base
+            # below the ephemeral range (32768 on Linux); another try when something
+            # holds a port of the range.
             span = args.workers * 2 * args.dp
             for attempt in range(8):
-                base_port = rng.randrange(20000, 65000 - span)
+                base_port = rng.randrange(10000, max(10001, 32768 - span))
                 shards = [Shard([args.fleet, "--workers", str(args.workers), "--dp", str(args.dp),
                                  "--port-base", str(base_port), "--shard", str(i),
                                  "--shards", str(shards_n), "--view-blocks", str(args.view_blocks),
