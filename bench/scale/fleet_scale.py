@@ -57,6 +57,13 @@ def rss_kb(pid, field="VmRSS"):
     return 0
 
 
+def cpu_s(pid):
+    """CPU seconds (user + system, every thread) the process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def scalar(body, name):
     m = re.search(r"^" + re.escape(name) + r" (\S+)$", body, re.M)
     return float(m.group(1)) if m else 0.0
@@ -333,12 +340,14 @@ def main():
             # fill
             t0 = time.monotonic()
             a0 = router.applied()
+            c0 = cpu_s(router.pid)
             for s in shards:
                 s.send("fill")
             for s in shards:
                 s.wait("filled", timeout=3600)
             t_pub = time.monotonic() - t0
             t_end, a1 = drain(router, shards, "fill", timeout=3600)
+            fill_cpu = cpu_s(router.pid) - c0
             body = router.metrics()
             view = family_sum(body, "infera_policy_cache_view_size")
             rss = rss_kb(router.pid) / 1024
@@ -346,10 +355,13 @@ def main():
                 "fill_blocks": int(a1 - a0), "fill_publish_s": round(t_pub, 2),
                 "fill_applied_s": round(t_end - t0, 2),
                 "fill_blocks_per_s": round((a1 - a0) / (t_end - t0)),
+                "fill_router_cpu_s": round(fill_cpu, 2),
+                "fill_blocks_per_cpu_s": round((a1 - a0) / max(fill_cpu, 0.01)),
                 "view_blocks": int(view), "filled_rss_mib": round(rss, 1),
                 "bytes_per_block": round((rss - result["base_rss_mib"]) * 2**20 / max(1, view), 1)})
             print(f"fill: {int(a1 - a0)} blocks applied in {t_end - t0:.2f} s "
-                  f"({result['fill_blocks_per_s']} blocks/s; the fleet published them in "
+                  f"({result['fill_blocks_per_s']} blocks/s; router CPU {fill_cpu:.1f} s: "
+                  f"{result['fill_blocks_per_cpu_s']} blocks per CPU s; the fleet published them in "
                   f"{t_pub:.2f} s); {int(view)} blocks in view; RSS {rss:.1f} MiB = base + "
                   f"{result['bytes_per_block']} B per (target, block)", flush=True)
 
@@ -368,6 +380,7 @@ def main():
             body0 = router.metrics()
             h0 = buckets(body0, "hash_match")
             t0, a0 = time.monotonic(), router.applied(body0)
+            c0 = cpu_s(router.pid)
             c = threading.Thread(target=client, daemon=True)
             c.start()
             per_shard = args.rate / shards_n if args.rate else 0
@@ -397,6 +410,7 @@ def main():
             body1 = router.metrics()
             h1 = buckets(body1, "hash_match")
             t_end, a1 = drain(router, shards, "churn", timeout=600)
+            churn_cpu = cpu_s(router.pid) - c0
             published = sum(s.published() for s in shards) - result["fill_blocks"]
             p50, n = quantile_bound(h0, h1, 0.5)
             p99, _ = quantile_bound(h0, h1, 0.99)
@@ -404,6 +418,8 @@ def main():
                 "churn_s": round(t_pub_end - t0, 2),
                 "churn_published_blocks_per_s": round(published / (t_pub_end - t0)),
                 "churn_applied_blocks_per_s": round((a1 - a0) / (t_end - t0)),
+                "churn_router_cpu_s": round(churn_cpu, 2),
+                "churn_blocks_per_cpu_s": round((a1 - a0) / max(churn_cpu, 0.01)),
                 "churn_drain_s": round(t_end - t_pub_end, 2),
                 "lag_p50_ms": round(1000 * percentile(lags, 0.5), 1) if lags else None,
                 "lag_p99_ms": round(1000 * percentile(lags, 0.99), 1) if lags else None,
