@@ -439,6 +439,7 @@ def main():
             h1 = buckets(body1, "hash_match")
             t_end, a1 = drain(router, shards, "churn", timeout=600)
             churn_cpu = cpu_s(router.pid) - c0
+            body_end = router.metrics()
             published = sum(s.published() for s in shards) - result["fill_blocks"]
             p50, n = quantile_bound(h0, h1, 0.5)
             p99, _ = quantile_bound(h0, h1, 0.99)
@@ -457,6 +458,11 @@ def main():
                 "client_p50_ms": round(1000 * percentile(lat, 0.5), 2) if lat else None,
                 "client_p99_ms": round(1000 * percentile(lat, 0.99), 2) if lat else None,
                 "churn_rss_mib": round(rss_kb(router.pid) / 1024, 1),
+                # What explains applied < published: the router's own counters.
+                "router_counters": {k: int(scalar(body_end, "infera_kv_events_" + k + "_total"))
+                                    for k in ("gaps", "replays", "replay_failures", "resyncs",
+                                              "restarts", "dropped", "unknown_parents",
+                                              "evicted_parents", "decode_errors")},
                 "hwm_rss_mib": round(rss_kb(router.pid, "VmHWM") / 1024, 1)})
             print(f"churn: {result['churn_applied_blocks_per_s']} blocks/s applied over "
                   f"{t_end - t0:.1f} s (published {result['churn_published_blocks_per_s']}/s, "
