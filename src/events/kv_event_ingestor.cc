@@ -2,12 +2,38 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <stdexcept>
 #include <zmq.hpp>
 
 #include "events/zmq_frames.h"
 
 namespace infera::events {
+namespace {
+
+// The ingestion context: libzmq's default limit is 1,023 sockets per context, and
+// each target takes three (SUB, its monitor and the monitor's reader), so a router
+// stopped subscribing at ~340 targets ("Too many open files", doc/perf-scale.md).
+// The limit is raised to the process's descriptor limit (each socket holds at least
+// one descriptor, so that is the real bound), at most libzmq's own maximum.
+std::unique_ptr<zmq::context_t> IngestionContext() {
+  auto ctx = std::make_unique<zmq::context_t>(1);
+  rlimit limit{};
+  int max_sockets = 1023;
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    max_sockets = static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 1 << 20));
+  }
+  max_sockets = std::min(max_sockets, ctx->get(zmq::ctxopt::socket_limit));
+  ctx->set(zmq::ctxopt::max_sockets, std::max(max_sockets, 1023));
+  return ctx;
+}
+
+}  // namespace
 
 struct KvEventIngestor::Conn : StreamState {
   IngestTarget spec;
@@ -34,6 +60,9 @@ struct KvEventIngestor::Conn : StreamState {
   int replay_failures_in_row = 0;
   std::chrono::steady_clock::time_point replay_retry_after{};
 
+  // epoll registrations of sub, monitor and replay (ingestion thread only).
+  std::array<Watch, 3> watches;
+
   bool replaying() const { return replay != nullptr || replay_waiting; }
   StreamTargetRef ref() const { return {spec, id, alive}; }
 
@@ -44,7 +73,7 @@ struct KvEventIngestor::Conn : StreamState {
 
 KvEventIngestor::KvEventIngestor(SharedKvIndex& index, IngestorOptions options)
     : options_(options),
-      ctx_(std::make_unique<zmq::context_t>(1)),
+      ctx_(IngestionContext()),
       index_mu_(index.mutex()),
       index_(index.index()),
       log_(options_.log_limit, options_.log_clock),
@@ -54,7 +83,7 @@ KvEventIngestor::KvEventIngestor(SharedKvIndex& index, IngestorOptions options)
 
 KvEventIngestor::KvEventIngestor(IngestorOptions options)
     : options_(options),
-      ctx_(std::make_unique<zmq::context_t>(1)),
+      ctx_(IngestionContext()),
       owned_index_(std::make_unique<SharedKvIndex>()),
       index_mu_(owned_index_->mutex()),
       index_(owned_index_->index()),
@@ -148,62 +177,115 @@ void KvEventIngestor::Run() {
 }
 
 void KvEventIngestor::RunLoop() {
+  // Readiness through epoll on each socket's ZMQ_FD (doc/kv-events.md "Concurrency"):
+  // a wakeup costs O(sockets ready), not O(targets) as zmq_poll over every SUB and
+  // monitor did (8,192 poll items per wakeup at 4,096 targets). ZMQ_FD is
+  // edge-like: it signals when ZMQ_EVENTS may have changed, so a socket read and
+  // still readable (ZMQ_EVENTS) stays in `ready_` and is read again next round.
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) throw std::runtime_error("epoll_create1 failed");
   std::vector<std::shared_ptr<Conn>> conns;
-  std::vector<zmq::pollitem_t> items;
-  enum class Kind : uint8_t { kMonitor, kSub, kReplay };
-  std::vector<std::pair<Conn*, Kind>> item_conns;
+  std::vector<epoll_event> events(256);
+  std::vector<Watch*> round;
   while (!stop_.load()) {
     log_.Flush();  // summaries of suppressed lines whose interval ended
     DrainCommands(conns);
-    items.clear();
-    item_conns.clear();
     auto timeout = std::chrono::milliseconds(options_.poll_interval_ms);
     const auto now = std::chrono::steady_clock::now();
-    for (const auto& c : conns) {
-      if (c->replay) {
-        items.push_back({c->replay->handle(), 0, ZMQ_POLLIN, 0});
-        item_conns.emplace_back(c.get(), Kind::kReplay);
+    if (active_replays_ > 0) {
+      for (const auto& c : conns) {
+        if (!c->replay) continue;
         timeout = std::min(timeout, std::max(std::chrono::milliseconds(0),
                                              std::chrono::duration_cast<std::chrono::milliseconds>(
                                                  c->replay_deadline - now)));
       }
-      if (!c->sub) continue;
-      // The monitor first: a disconnect must be known before the messages after it.
-      items.push_back({c->monitor->handle(), 0, ZMQ_POLLIN, 0});
-      item_conns.emplace_back(c.get(), Kind::kMonitor);
-      items.push_back({c->sub->handle(), 0, ZMQ_POLLIN, 0});
-      item_conns.emplace_back(c.get(), Kind::kSub);
     }
-    if (items.empty()) {
-      std::this_thread::sleep_for(timeout);
-      continue;
-    }
-    zmq::poll(items, timeout);
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (!(items[i].revents & ZMQ_POLLIN)) continue;
-      Conn& c = *item_conns[i].first;
-      switch (item_conns[i].second) {
-        case Kind::kMonitor:
-          ReadMonitor(c);
+    const int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()),
+                             ready_.empty() ? static_cast<int>(timeout.count()) : 0);
+    for (int i = 0; i < n; ++i) Queue(static_cast<Watch*>(events[static_cast<size_t>(i)].data.ptr));
+    round.swap(ready_);
+    ready_.clear();
+    for (Watch* w : round) w->queued = false;
+    for (Watch* w : round) {
+      if (w->conn == nullptr) continue;  // its target was removed during this round
+      Conn& c = *w->conn;
+      switch (w->kind) {
+        case WatchKind::kMonitor:
+          if (c.monitor) {
+            ReadMonitor(c);
+            if (Readable(*c.monitor)) Queue(w);
+          }
           break;
-        case Kind::kSub:
+        case WatchKind::kSub:
+          if (!c.sub) break;
+          // A disconnect must be known before the messages after it.
+          if (c.monitor && Readable(*c.monitor)) ReadMonitor(c);
           ReadMessages(c);
+          if (c.sub && Readable(*c.sub)) Queue(w);
           break;
-        case Kind::kReplay:
-          if (c.replay) ReadReplay(c);
+        case WatchKind::kReplay:
+          if (c.replay) {
+            ReadReplay(c);
+            if (c.replay && Readable(*c.replay)) Queue(w);
+          }
           break;
       }
     }
+    round.clear();
     // Replays past their deadline fail; their targets go on from the held messages.
-    const auto after = std::chrono::steady_clock::now();
-    for (const auto& c : conns) {
-      if (c->replay && after >= c->replay_deadline) FinishReplay(*c, /*ok=*/false);
+    if (active_replays_ > 0) {
+      const auto after = std::chrono::steady_clock::now();
+      for (const auto& c : conns) {
+        if (c->replay && after >= c->replay_deadline) FinishReplay(*c, /*ok=*/false);
+      }
     }
     StartWaitingReplays();
   }
   for (const auto& c : conns) {
+    Unwatch(*c, WatchKind::kSub);
+    Unwatch(*c, WatchKind::kMonitor);
+    Unwatch(*c, WatchKind::kReplay);
     CloseMonitoredSub(c->sub, c->monitor);
     c->replay.reset();
+  }
+  close(epoll_fd_);
+  epoll_fd_ = -1;
+}
+
+bool KvEventIngestor::Readable(zmq::socket_t& s) {
+  return (s.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+}
+
+void KvEventIngestor::Queue(Watch* w) {
+  if (w->queued) return;
+  w->queued = true;
+  ready_.push_back(w);
+}
+
+void KvEventIngestor::WatchSocket(Conn& c, WatchKind kind) {
+  zmq::socket_t* s = kind == WatchKind::kSub       ? c.sub.get()
+                     : kind == WatchKind::kMonitor ? c.monitor.get()
+                                                   : c.replay.get();
+  Watch& w = c.watches[static_cast<size_t>(kind)];
+  if (s == nullptr || w.fd >= 0) return;
+  w.conn = &c;
+  w.kind = kind;
+  w.fd = s->get(zmq::sockopt::fd);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = &w;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w.fd, &ev);
+  Queue(&w);  // messages may be queued already: ZMQ_FD signals only changes
+}
+
+void KvEventIngestor::Unwatch(Conn& c, WatchKind kind) {
+  Watch& w = c.watches[static_cast<size_t>(kind)];
+  if (w.fd < 0) return;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, w.fd, nullptr);
+  w.fd = -1;
+  if (w.queued) {
+    std::erase(ready_, &w);
+    w.queued = false;
   }
 }
 
@@ -216,6 +298,8 @@ void KvEventIngestor::DrainCommands(std::vector<std::shared_ptr<Conn>>& conns) {
   for (Command& cmd : commands) {
     if (cmd.add) {
       OpenSockets(*cmd.conn);
+      WatchSocket(*cmd.conn, WatchKind::kMonitor);
+      WatchSocket(*cmd.conn, WatchKind::kSub);
       conns.push_back(cmd.conn);
       if (cmd.conn->initial_replay) {
         // Warm start: everything the engine still buffers, before its live stream.
@@ -234,6 +318,10 @@ void KvEventIngestor::DrainCommands(std::vector<std::shared_ptr<Conn>>& conns) {
     for (auto it = conns.begin(); it != conns.end(); ++it) {
       if (*it == cmd.conn) {
         Conn& c = **it;
+        Unwatch(c, WatchKind::kSub);
+        Unwatch(c, WatchKind::kMonitor);
+        Unwatch(c, WatchKind::kReplay);
+        for (Watch& w : c.watches) w.conn = nullptr;  // in this round's list, skipped
         CloseMonitoredSub(c.sub, c.monitor);
         if (c.replay) {
           c.replay.reset();
@@ -392,6 +480,7 @@ void KvEventIngestor::StartReplay(Conn& c) {
     dealer->set(zmq::sockopt::linger, 0);
     dealer->connect(c.spec.replay_endpoint);
     c.replay = std::move(dealer);
+    WatchSocket(c, WatchKind::kReplay);
     ++active_replays_;
     const std::string start = BE64(c.replay_from);
     // connect() made the peer's queue: the request is queued, never blocks.
@@ -441,6 +530,7 @@ void KvEventIngestor::EndInitialReplay(Conn& c) {
 
 void KvEventIngestor::FinishReplay(Conn& c, bool ok) {
   if (c.replay) {
+    Unwatch(c, WatchKind::kReplay);
     c.replay.reset();
     --active_replays_;
   }

@@ -57,6 +57,7 @@
 //   size_t hits = ingestor.WithIndex([&](const core::KvIndex& index) { ... });
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -79,6 +80,7 @@
 
 namespace zmq {
 class context_t;
+class socket_t;
 }
 
 namespace infera::events {
@@ -171,10 +173,24 @@ class KvEventIngestor final : public KvEventSource {
     std::shared_ptr<Conn> conn;
     bool add = true;
   };
+  enum class WatchKind : uint8_t { kSub, kMonitor, kReplay };
+  // One socket registered with the ingestion thread's epoll (data.ptr).
+  struct Watch {
+    Conn* conn = nullptr;  // null: the target was removed
+    WatchKind kind = WatchKind::kSub;
+    int fd = -1;          // the socket's ZMQ_FD while registered
+    bool queued = false;  // in ready_
+  };
 
   void Run();
   void RunLoop();
   void DrainCommands(std::vector<std::shared_ptr<Conn>>& conns);
+  // Registers the socket of `kind` (if open) with the epoll set and queues it once;
+  // Unwatch removes it (before the socket closes).
+  void WatchSocket(Conn& c, WatchKind kind);
+  void Unwatch(Conn& c, WatchKind kind);
+  void Queue(Watch* w);
+  static bool Readable(zmq::socket_t& s);
   void OpenSockets(Conn& c);
   void ReadMessages(Conn& c);
   void ReadMonitor(Conn& c);
@@ -210,6 +226,10 @@ class KvEventIngestor final : public KvEventSource {
   std::map<std::string, std::shared_ptr<Conn>> registry_ ABSL_GUARDED_BY(registry_mu_);
   std::deque<Command> commands_ ABSL_GUARDED_BY(registry_mu_);
 
+  // Ingestion thread only: the epoll set of every socket, the sockets to read in the
+  // next round (read and still readable, or just registered).
+  int epoll_fd_ = -1;
+  std::vector<Watch*> ready_;
   // Ingestion thread only: replays in flight, and targets waiting for a slot.
   int active_replays_ = 0;
   std::deque<Conn*> waiting_replays_;  // owned by RunLoop's list; removed with it
