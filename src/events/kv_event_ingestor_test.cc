@@ -242,10 +242,13 @@ TEST(KvEventIngestor, WorkersLeavingNeverFreezeIngestion) {
   for (int i = 0; i < 12; ++i) {
     auto pub = MakePublisher();
     const std::string host = "leaver" + std::to_string(i);
-    ing.AddTarget({.key = {host + ":1", 0},
-                   .events_endpoint = pub->pub_endpoint(),
-                   .block_size = 16,
-                   .topic = "kv-events"});
+    // A named target (g++ 12 -O3 warns maybe-uninitialized on the temporary's key).
+    IngestTarget target;
+    target.key = core::TargetKey{host + ":1", 0};
+    target.events_endpoint = pub->pub_endpoint();
+    target.block_size = 16;
+    target.topic = "kv-events";
+    ing.AddTarget(target);
     ASSERT_TRUE(follow(*pub, host + ":1")) << "join " << i << " never followed";
     // The engine leaves in the middle of a burst the router has not read yet (its SUB
     // queue full, so libzmq has stopped reading the connection): the engine goes first

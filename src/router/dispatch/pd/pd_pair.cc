@@ -51,7 +51,7 @@ struct PdPair::Attempt {
   json dec_json;
   std::shared_ptr<http::Cancellation> pre_cancel = std::make_shared<http::Cancellation>();
   std::shared_ptr<http::Cancellation> dec_cancel = std::make_shared<http::Cancellation>();
-  PrefillResult prefill;
+  PrefillResult prefill{};
   bool relaying = false;
   PlanHistory& history;
   LegFailure& failure;
