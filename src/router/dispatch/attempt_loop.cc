@@ -88,8 +88,10 @@ http::Awaitable<LegEnd> AttemptLoop::RunMixed(RequestContext& ctx, http::Respons
   feedback.guards = &plan.guards;
   // The reported usage serves only a pick that predicted its cached tokens.
   feedback.probe_usage = leg.predicted_cached_tokens.has_value();
-  const LegEnd end = co_await sender_.SendAndRelay(
-      ctx, w, leg, {.cancel = ctx.cancel, .feedback = &feedback}, failure);
+  // Named, not a temporary in the co_await: g++ 12 destroys such a temporary twice (the
+  // cancellation's count went one too low: a use-after-free under ASan).
+  const LegSendOptions options{.cancel = ctx.cancel, .feedback = &feedback};
+  const LegEnd end = co_await sender_.SendAndRelay(ctx, w, leg, options, failure);
   if (end == LegEnd::kAnswered && leg.predicted_cached_tokens && feedback.usage.cached_tokens()) {
     planner_.RecordPrediction(leg, *feedback.usage.cached_tokens());
   }
@@ -106,8 +108,8 @@ http::Awaitable<LegEnd> AttemptLoop::RunPd(RequestContext& ctx, http::ResponseWr
   const PickLeg& leg = plan.legs[0];
   metrics_.pd().CountPlan(core::PdPlanKindName(
       leg.role == core::Role::kDecode ? core::PdPlanKind::kDecodeOnly : core::PdPlanKind::kMixed));
-  const LegEnd end =
-      co_await sender_.SendAndRelay(ctx, w, leg, {.cancel = ctx.cancel}, failure);
+  const LegSendOptions options{.cancel = ctx.cancel};  // named: see RunMixed
+  const LegEnd end = co_await sender_.SendAndRelay(ctx, w, leg, options, failure);
   if (end == LegEnd::kFailed) history.tried.push_back(leg.worker->record.worker_id);
   co_return end;
 }

@@ -143,8 +143,8 @@ http::Awaitable<LegEnd> PdPair::RunSerial(Attempt& a, std::string pre_body) {
     co_return co_await PrefillFailed(a.ctx, a.w, pre, a.prefill, a.history, a.failure);
   }
   const std::string body = dec_body->dump();
-  const LegEnd end = co_await sender_.SendAndRelay(a.ctx, a.w, dec, DecodeOptions(a, &body),
-                                                   a.failure);
+  const LegSendOptions options = DecodeOptions(a, &body);  // named: see AttemptLoop::RunMixed
+  const LegEnd end = co_await sender_.SendAndRelay(a.ctx, a.w, dec, options, a.failure);
   co_return co_await DecodeEnded(a, end);
 }
 
@@ -173,8 +173,8 @@ http::Awaitable<LegEnd> PdPair::RunConcurrent(Attempt& a, std::string pre_body) 
         done->Signal();
       }(this, &a, std::move(pre_body), early, &join),
       asio::detached);
-  const LegEnd end = co_await sender_.SendAndRelay(a.ctx, a.w, dec, DecodeOptions(a, &body),
-                                                   a.failure);
+  const LegSendOptions options = DecodeOptions(a, &body);  // named: see AttemptLoop::RunMixed
+  const LegEnd end = co_await sender_.SendAndRelay(a.ctx, a.w, dec, options, a.failure);
   // The prefill is of no more use when the client is gone or the answer failed.
   if (end != LegEnd::kAnswered || a.ctx.outcome != Outcome::kSuccess) a.pre_cancel->Cancel();
   co_await join.Wait();
