@@ -127,8 +127,14 @@ core::TargetId KvEventIngestor::AddTarget(const IngestTarget& target) {
     index_.SetMaxBlocks(conn->id, spec.max_blocks);
   }
   registry_[name] = conn;
+  followed_targets_.store(static_cast<int64_t>(registry_.size()));
   commands_.push_back({conn, /*add=*/true});
   return conn->id;
+}
+
+int64_t KvEventIngestor::DescriptorsHeld() const {
+  return kDescriptorsPerTarget * followed_targets_.load() +
+         2 * static_cast<int64_t>(options_.max_concurrent_replays);
 }
 
 void KvEventIngestor::RemoveTarget(const core::TargetKey& key) {
@@ -137,6 +143,7 @@ void KvEventIngestor::RemoveTarget(const core::TargetKey& key) {
   if (it == registry_.end()) return;
   std::shared_ptr<Conn> conn = it->second;
   registry_.erase(it);
+  followed_targets_.store(static_cast<int64_t>(registry_.size()));
   {
     WriterLock index_lock(index_mu_);
     conn->alive = false;

@@ -165,6 +165,12 @@ class KvEventIngestor final : public KvEventSource {
 
   const KvEventCounters& counters() const override { return counters_; }
   bool Replaying() const override { return initial_replays_pending_.load() > 0; }
+  // kDescriptorsPerTarget per followed target plus two per replay slot.
+  int64_t DescriptorsHeld() const override;
+  // A target's SUB socket holds its TCP connection and its mailbox's eventfd; its
+  // monitor and the monitor's reader hold a mailbox each (4,096 targets: ~16,400
+  // descriptors, doc/perf-scale.md).
+  static constexpr int64_t kDescriptorsPerTarget = 4;
   std::vector<IngestTargetStatus> TargetStatuses() const;
 
  private:
@@ -235,6 +241,7 @@ class KvEventIngestor final : public KvEventSource {
   std::deque<Conn*> waiting_replays_;  // owned by RunLoop's list; removed with it
 
   std::atomic<int> initial_replays_pending_{0};
+  std::atomic<int64_t> followed_targets_{0};  // registry_.size(), for DescriptorsHeld
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -188,6 +188,24 @@ TEST(KvEventIngestor, RemovedTargetLeavesTheIndex) {
   ing.RemoveTarget({"engine:1", 0});  // unknown: ignored
 }
 
+// What the subscriptions hold follows the followed targets (the HTTP server leaves it
+// out of its connection cap; the per-target figure is measured in doc/perf-scale.md).
+TEST(KvEventIngestor, DescriptorsHeldFollowTheTargets) {
+  auto pub = MakePublisher();
+  KvEventIngestor ing;
+  const int64_t slots = 2 * IngestorOptions{}.max_concurrent_replays;
+  EXPECT_EQ(ing.DescriptorsHeld(), slots);
+  IngestTarget target = TargetFor(*pub);
+  for (uint32_t rank = 0; rank < 3; ++rank) {
+    target.key.dp_rank = rank;
+    ing.AddTarget(target);
+  }
+  ing.AddTarget(target);  // the same again: no new subscription
+  EXPECT_EQ(ing.DescriptorsHeld(), 3 * KvEventIngestor::kDescriptorsPerTarget + slots);
+  ing.RemoveTarget({"engine:1", 1});
+  EXPECT_EQ(ing.DescriptorsHeld(), 2 * KvEventIngestor::kDescriptorsPerTarget + slots);
+}
+
 // Two ranks of one worker that read the same stream (doc/data-parallel.md): a batch
 // tagged with rank 1 lands in rank 1's view only, whichever stream it came on.
 TEST(KvEventIngestor, BatchLandsInTheViewOfItsOwnRank) {

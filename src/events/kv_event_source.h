@@ -72,6 +72,9 @@ class KvEventSource {
   // True while the source rebuilds its views at start (a target's first replay, the
   // JetStream catch-up): the router's /health says "starting" (--ready-after-replay).
   virtual bool Replaying() const { return false; }
+  // Descriptors the source holds for its subscriptions now (thread-safe, cheap): the
+  // HTTP server leaves them out of its derived connection cap (ServerOptions::other_fds).
+  virtual int64_t DescriptorsHeld() const { return 0; }
 };
 
 }  // namespace infera::events

@@ -29,8 +29,8 @@ OpenFileLimit RaiseOpenFileLimit() {
   return out;
 }
 
-int64_t DefaultMaxConnections(int64_t soft_limit) {
-  return std::max<int64_t>(1, (soft_limit - kReservedFds) / 2);
+int64_t DefaultMaxConnections(int64_t soft_limit, int64_t other_fds) {
+  return std::max<int64_t>(1, (soft_limit - kReservedFds - std::max<int64_t>(other_fds, 0)) / 2);
 }
 
 }  // namespace infera::http

@@ -453,6 +453,38 @@ TEST_F(HttpTest, ConnectionsPastTheCapGet503) {
   EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 200") << out;
 }
 
+// Descriptors the rest of the process holds (the router's KV subscriptions) come off
+// the derived cap at each accept: a fleet that grows after start lowers it.
+TEST_F(HttpTest, DerivedCapLeavesOtherDescriptorsAlone) {
+  std::atomic<int64_t> other{0};
+  ServerOptions opt;
+  opt.other_fds = [&other] { return other.load(); };
+  Restart(opt);
+  EXPECT_EQ(server_->ConnectionCap(), server_->max_connections());
+  rlimit lim{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &lim), 0);
+  const int64_t soft = static_cast<int64_t>(lim.rlim_cur);
+  other = soft - kReservedFds - 2;  // leaves room for one proxied connection
+  EXPECT_EQ(server_->ConnectionCap(), 1);
+  asio::io_context io;
+  auto a = Open(io, "GET /echo HTTP/1.1\r\nHo");
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 1; }));
+  std::string out = Raw("GET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 503") << out;
+  EXPECT_NE(out.find("too many open connections (limit 1)"), std::string::npos) << out;
+  other = 0;  // the fleet shrank: the whole derived cap again
+  out = Raw("GET /echo?q=ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 200") << out;
+  a->close();
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 0; }));
+  // An explicit --max-connections is the operator's: never lowered.
+  ServerOptions fixed;
+  fixed.max_connections = 2;
+  fixed.other_fds = [] { return int64_t{1} << 40; };
+  Restart(fixed);
+  EXPECT_EQ(server_->ConnectionCap(), 2);
+}
+
 // RFC 9112 §5.2: obs-fold is refused (a folded Content-Length was accepted, and a
 // proxy in front may read it another way); the request is never handled.
 TEST_F(HttpTest, ObsFoldIs400) {
@@ -555,6 +587,8 @@ TEST_F(HttpTest, OpenFileLimitIsRaisedAndDefaultCapDerived) {
   EXPECT_EQ(server_->max_connections(), DefaultMaxConnections(static_cast<int64_t>(lim.rlim_cur)));
   EXPECT_EQ(DefaultMaxConnections(1024), 480);
   EXPECT_EQ(DefaultMaxConnections(10), 1);
+  EXPECT_EQ(DefaultMaxConnections(1024, 400), 280);
+  EXPECT_EQ(DefaultMaxConnections(1024, 5000), 1);
 }
 
 }  // namespace

@@ -653,6 +653,7 @@ bool Server::LogLimiter::Allow() {
 
 absl::Status Server::Listen() {
   const OpenFileLimit fds = RaiseOpenFileLimit();
+  fd_soft_limit_ = fds.soft;
   max_connections_ =
       options_.max_connections > 0 ? options_.max_connections : DefaultMaxConnections(fds.soft);
   if (fds.soft != fds.before) {
@@ -678,6 +679,11 @@ absl::Status Server::Listen() {
   return absl::OkStatus();
 }
 
+int64_t Server::ConnectionCap() const {
+  if (options_.max_connections > 0 || !options_.other_fds) return max_connections_;
+  return std::min(max_connections_, DefaultMaxConnections(fd_soft_limit_, options_.other_fds()));
+}
+
 void Server::Start() { asio::co_spawn(pool_.context(0), AcceptLoop(), asio::detached); }
 
 Awaitable<void> Server::AcceptLoop() {
@@ -701,9 +707,8 @@ Awaitable<void> Server::AcceptLoop() {
       co_await t.async_wait(NoThrow(tec));
       continue;
     }
-    if (open_connections_.load() >= max_connections_) {
-      Refuse(std::move(socket),
-             "too many open connections (limit " + std::to_string(max_connections_) + ")",
+    if (const int64_t cap = ConnectionCap(); open_connections_.load() >= cap) {
+      Refuse(std::move(socket), "too many open connections (limit " + std::to_string(cap) + ")",
              /*linger=*/true);
       continue;
     }

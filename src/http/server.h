@@ -81,6 +81,12 @@ struct ServerOptions {
   // Open client connections; 0: DefaultMaxConnections() of the open-file limit
   // (http/fd_limit.h). Past it a new connection gets 503 and is closed.
   int64_t max_connections = 0;
+  // Descriptors other parts of the process hold for themselves (the router: its KV
+  // event subscriptions, 4 per followed target over ZMQ). With max_connections 0 the
+  // cap is re-derived at each accept without them, so a burst of clients cannot take
+  // the descriptors a growing fleet's subscriptions need. Called on the accepting
+  // thread; must be cheap and thread-safe. Empty: none.
+  std::function<int64_t()> other_fds;
   ErrorBodyFn error_body = DefaultErrorBody;
 };
 
@@ -136,6 +142,9 @@ class Server {
   absl::Status Listen();
   uint16_t port() const { return port_; }
   int64_t max_connections() const { return max_connections_; }
+  // The cap in force now: max_connections(), lowered by ServerOptions::other_fds when
+  // the cap is derived from the open-file limit.
+  int64_t ConnectionCap() const;
   // Connections refused because max_connections were open or descriptors ran out.
   uint64_t refused_connections() const { return refused_connections_.load(); }
   // Starts accepting (the pool's loops run the connections).
@@ -167,6 +176,7 @@ class Server {
   std::atomic<int64_t> open_connections_{0};
   std::atomic<uint64_t> refused_connections_{0};
   int64_t max_connections_ = 0;
+  int64_t fd_soft_limit_ = 0;
   int spare_fd_ = -1;  // /dev/null, closed to make room for one accept on EMFILE
   // Refused connections being drained; accept loop's thread only.
   std::shared_ptr<int> lingering_refusals_ = std::make_shared<int>(0);

@@ -184,6 +184,7 @@ absl::Status Router::Start() {
   }
   http::ServerOptions sopt = options_.server;
   sopt.error_body = &ApiFront::ServerErrorBody;
+  sopt.other_fds = [this] { return events_->DescriptorsHeld(); };
   server_ = std::make_unique<http::Server>(
       *pool_, sopt,
       [this](http::Request& r, http::ResponseWriter& w) { return front_->Handle(r, w); });
