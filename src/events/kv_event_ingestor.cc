@@ -7,11 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <stdexcept>
 #include <zmq.hpp>
 
 #include "events/zmq_frames.h"
+#include "log/steady_clock.h"
 
 namespace infera::events {
 namespace {
@@ -53,12 +53,12 @@ struct KvEventIngestor::Conn : StreamState {
     std::string payload;
   };
   std::unique_ptr<zmq::socket_t> replay;  // the replay in flight
-  std::chrono::steady_clock::time_point replay_deadline{};
+  int64_t replay_deadline_ns = 0;  // clock_ time
   bool replay_waiting = false;  // asked for, waiting for a slot
   uint64_t replay_from = 0;
   std::deque<Held> held;
   int replay_failures_in_row = 0;
-  std::chrono::steady_clock::time_point replay_retry_after{};
+  int64_t replay_retry_after_ns = 0;  // clock_ time
 
   // epoll registrations of sub, monitor and replay (ingestion thread only).
   std::array<Watch, 3> watches;
@@ -76,7 +76,8 @@ KvEventIngestor::KvEventIngestor(SharedKvIndex& index, IngestorOptions options)
       ctx_(IngestionContext()),
       index_mu_(index.mutex()),
       index_(index.index()),
-      log_(options_.log_limit, options_.log_clock),
+      clock_(options_.clock != nullptr ? *options_.clock : log::ProcessSteadyClock()),
+      log_(options_.log_limit, &clock_),
       applier_(index_mu_, index_, counters_, log_, options_.slice_units) {
   thread_ = std::thread([this] { Run(); });
 }
@@ -87,7 +88,8 @@ KvEventIngestor::KvEventIngestor(IngestorOptions options)
       owned_index_(std::make_unique<SharedKvIndex>()),
       index_mu_(owned_index_->mutex()),
       index_(owned_index_->index()),
-      log_(options_.log_limit, options_.log_clock),
+      clock_(options_.clock != nullptr ? *options_.clock : log::ProcessSteadyClock()),
+      log_(options_.log_limit, &clock_),
       applier_(index_mu_, index_, counters_, log_, options_.slice_units) {
   thread_ = std::thread([this] { Run(); });
 }
@@ -197,18 +199,18 @@ void KvEventIngestor::RunLoop() {
   while (!stop_.load()) {
     log_.Flush();  // summaries of suppressed lines whose interval ended
     DrainCommands(conns);
-    auto timeout = std::chrono::milliseconds(options_.poll_interval_ms);
-    const auto now = std::chrono::steady_clock::now();
+    int64_t timeout_ms = options_.poll_interval_ms;
+    const int64_t now_ns = clock_.NowNs();
     if (active_replays_ > 0) {
       for (const auto& c : conns) {
         if (!c->replay) continue;
-        timeout = std::min(timeout, std::max(std::chrono::milliseconds(0),
-                                             std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                 c->replay_deadline - now)));
+        // Rounded up: a wake-up before the deadline would find the replay not yet late.
+        timeout_ms = std::min(timeout_ms,
+                              std::max<int64_t>(0, (c->replay_deadline_ns - now_ns + 999'999) / 1'000'000));
       }
     }
     const int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()),
-                             ready_.empty() ? static_cast<int>(timeout.count()) : 0);
+                             ready_.empty() ? static_cast<int>(timeout_ms) : 0);
     for (int i = 0; i < n; ++i) Queue(static_cast<Watch*>(events[static_cast<size_t>(i)].data.ptr));
     round.swap(ready_);
     ready_.clear();
@@ -241,9 +243,9 @@ void KvEventIngestor::RunLoop() {
     round.clear();
     // Replays past their deadline fail; their targets go on from the held messages.
     if (active_replays_ > 0) {
-      const auto after = std::chrono::steady_clock::now();
+      const int64_t after_ns = clock_.NowNs();
       for (const auto& c : conns) {
-        if (c->replay && after >= c->replay_deadline) FinishReplay(*c, /*ok=*/false);
+        if (c->replay && after_ns >= c->replay_deadline_ns) FinishReplay(*c, /*ok=*/false);
       }
     }
     StartWaitingReplays();
@@ -396,7 +398,7 @@ void KvEventIngestor::HandleLive(Conn& c, uint64_t seq, const void* payload, siz
 
 bool KvEventIngestor::ReplayAllowed(const Conn& c) const {
   return !c.spec.replay_endpoint.empty() &&
-         std::chrono::steady_clock::now() >= c.replay_retry_after;
+         clock_.NowNs() >= c.replay_retry_after_ns;
 }
 
 void KvEventIngestor::Process(Conn& c, uint64_t seq, const void* payload, size_t size) {
@@ -480,8 +482,7 @@ void KvEventIngestor::BeginReplay(Conn& c, uint64_t from_seq, uint64_t seq, cons
 void KvEventIngestor::StartReplay(Conn& c) {
   c.replay_waiting = false;
   counters_.replays.fetch_add(1, std::memory_order_relaxed);
-  c.replay_deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.replay_timeout_ms);
+  c.replay_deadline_ns = clock_.NowNs() + int64_t{options_.replay_timeout_ms} * 1'000'000;
   try {
     auto dealer = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::dealer);
     dealer->set(zmq::sockopt::linger, 0);
@@ -546,7 +547,7 @@ void KvEventIngestor::FinishReplay(Conn& c, bool ok) {
     c.replay_waiting = false;
     std::erase(waiting_replays_, &c);
   }
-  const auto now = std::chrono::steady_clock::now();
+  const int64_t now_ns = clock_.NowNs();
   if (ok) {
     c.replay_failures_in_row = 0;
   } else {
@@ -555,7 +556,7 @@ void KvEventIngestor::FinishReplay(Conn& c, bool ok) {
     const int64_t backoff_ms = std::min<int64_t>(
         options_.replay_backoff_max_ms,
         int64_t{options_.replay_backoff_initial_ms} << std::min(c.replay_failures_in_row - 1, 20));
-    c.replay_retry_after = now + std::chrono::milliseconds(backoff_ms);
+    c.replay_retry_after_ns = now_ns + backoff_ms * 1'000'000;
     log_.Warn("kv events: replay failed|" + c.spec.key.ToString(),
               "kv events: replay of {} from {} failed ({} in a row); no replay for {} ms",
               c.spec.key.ToString(), c.spec.replay_endpoint, c.replay_failures_in_row, backoff_ms);

@@ -113,9 +113,12 @@ struct IngestorOptions {
   // Units of index work per hold of the index lock (event_applier.h).
   size_t slice_units = kDefaultSliceUnits;
   // Per-event log lines: at most a few per target and interval, then a summary
-  // (log/rate_limited_log.h); `log_clock` nullptr: the steady clock.
+  // (log/rate_limited_log.h).
   log::RateLimitOptions log_limit = {};
-  const core::Clock* log_clock = nullptr;
+  // The ingestor's only time source: replay deadlines, replay backoff, the poll
+  // timeout and the log limiter's intervals. nullptr: the process's steady clock
+  // (log/steady_clock.h); the router passes its injected clock.
+  const core::Clock* clock = nullptr;
 };
 
 // What the ingestor knows of one target (admin views, tests).
@@ -224,6 +227,7 @@ class KvEventIngestor final : public KvEventSource {
   std::unique_ptr<SharedKvIndex> owned_index_;  // when constructed without an index
   WriterPriorityMutex& index_mu_;               // guards index_ and Conn::alive
   core::KvIndex& index_ ABSL_GUARDED_BY(index_mu_);
+  const core::Clock& clock_;
   log::RateLimitedLog log_;
   StreamApplier applier_;
 

@@ -12,6 +12,7 @@
 #include "events/event_encoder.h"
 #include "events/fake_engine_cache.h"
 #include "events/publisher.h"
+#include "testing/test_clock.h"
 #include "testing/wait_for.h"
 
 namespace infera::events {
@@ -377,6 +378,43 @@ TEST(KvEventIngestor, FailedReplayBacksOffAndGapsResync) {
     EXPECT_TRUE(std::binary_search(truth.begin(), truth.end(), h));
   }
   EXPECT_FALSE(ing.TargetStatuses()[0].complete);
+}
+
+// Replay deadlines and backoff follow the injected clock, not the wall: a 10-minute
+// replay timeout and backoff pass the moment the test moves its clock.
+TEST(KvEventIngestor, ReplayTimeoutAndBackoffFollowTheInjectedClock) {
+  constexpr int64_t kTenMinutesNs = 600'000'000'000;
+  SilentReplay silent;
+  auto bad = MakePublisher();
+  FakeEngineCache engine({.seed = 5, .capacity_blocks = 256});
+  testing::SharedManualClock clock;
+  KvEventIngestor ing(IngestorOptions{
+      .replay_timeout_ms = 600'000, .replay_backoff_initial_ms = 600'000, .clock = &clock});
+  IngestTarget target = TargetFor(*bad);
+  target.replay_endpoint = silent.endpoint;
+  ing.AddTarget(target);
+  bad->PublishPayloadSkippingLive(EncodeEventBatch(engine.NextBatch(), WireShape::kVllm));
+  ASSERT_TRUE(WaitFor([&] {
+    bad->Publish(engine.NextBatch());
+    return ing.counters().replays.load() >= 1;
+  }));
+  clock.Advance(kTenMinutesNs);  // the silent replay is now past its deadline
+  ASSERT_TRUE(WaitFor([&] { return ing.counters().replay_failures.load() >= 1; }));
+  // During the backoff a gap resyncs from the live stream instead of replaying.
+  uint64_t last = bad->Publish(engine.NextBatch());
+  ASSERT_TRUE(WaitFor([&] { return LastSeq(ing) == last; }));
+  bad->PublishPayloadSkippingLive(EncodeEventBatch(engine.NextBatch(), WireShape::kVllm));
+  last = bad->Publish(engine.NextBatch());
+  ASSERT_TRUE(WaitFor([&] { return LastSeq(ing) == last; }));
+  EXPECT_EQ(ing.counters().replays.load(), 1u);
+  EXPECT_GE(ing.counters().replays_skipped.load(), 1u);
+  // Once the clock passes the backoff, the next gap replays again.
+  clock.Advance(kTenMinutesNs);
+  ASSERT_TRUE(WaitFor([&] {
+    bad->PublishPayloadSkippingLive(EncodeEventBatch(engine.NextBatch(), WireShape::kVllm));
+    bad->Publish(engine.NextBatch());
+    return ing.counters().replays.load() >= 2;
+  }));
 }
 
 }  // namespace

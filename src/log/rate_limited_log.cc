@@ -1,26 +1,13 @@
 #include "log/rate_limited_log.h"
 
 #include <algorithm>
-#include <chrono>
 #include <optional>
 #include <vector>
 
+#include "log/steady_clock.h"
+
 namespace infera::log {
 namespace {
-
-class ProcessSteadyClock final : public core::Clock {
- public:
-  int64_t NowNs() const override {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-};
-
-const core::Clock& DefaultClock() {
-  static const ProcessSteadyClock clock;
-  return clock;
-}
 
 // Where lines go once max_keys keys are followed.
 constexpr std::string_view kOverflowKey = "(other keys)";
@@ -28,7 +15,7 @@ constexpr std::string_view kOverflowKey = "(other keys)";
 }  // namespace
 
 RateLimitedLog::RateLimitedLog(RateLimitOptions options, const core::Clock* clock)
-    : options_(options), clock_(clock != nullptr ? *clock : DefaultClock()) {}
+    : options_(options), clock_(clock != nullptr ? *clock : ProcessSteadyClock()) {}
 
 bool RateLimitedLog::Admit(spdlog::level::level_enum level, std::string_view key) {
   const int64_t now = clock_.NowNs();

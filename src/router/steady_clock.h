@@ -1,22 +1,13 @@
-// SteadyClock: the real monotonic clock behind core::Clock, for the online router.
-// (src/core never reads a clock; the edges inject this one, tests a ManualClock.)
+// SteadyClock: the real monotonic clock behind core::Clock, for the online router
+// (log/steady_clock.h: the same clock the ingestor and the log limiter default to).
 //
 // Thread-safety: stateless.
 #pragma once
 
-#include <chrono>
-
-#include "core/clock.h"
+#include "log/steady_clock.h"
 
 namespace infera::router {
 
-class SteadyClock final : public core::Clock {
- public:
-  int64_t NowNs() const override {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-};
+using log::SteadyClock;
 
 }  // namespace infera::router
