@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <zmq.hpp>
 
-#include "events/zmq_frames.h"
+#include "event_wire/zmq_frames.h"
 
 namespace infera::events {
 namespace {
