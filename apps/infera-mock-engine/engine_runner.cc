@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/clock.h"
+#include "event_wire/dp_endpoint.h"
 
 namespace infera::mock {
 namespace {

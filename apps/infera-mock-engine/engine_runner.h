@@ -33,7 +33,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "events/publisher.h"
+#include "engine_events/publisher.h"
 #include "sim/engine.h"
 
 namespace infera::mock {

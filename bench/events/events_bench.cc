@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "core/kv_index.h"
+#include "engine_events/event_encoder.h"
+#include "engine_events/fake_engine_cache.h"
 #include "events/event_applier.h"
 #include "events/event_decoder.h"
-#include "events/event_encoder.h"
-#include "events/fake_engine_cache.h"
 #include "events/writer_priority_mutex.h"
 
 namespace infera::events {

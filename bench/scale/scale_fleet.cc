@@ -49,7 +49,7 @@
 #include <thread>
 #include <vector>
 
-#include "events/event_encoder.h"
+#include "engine_events/event_encoder.h"
 
 namespace {
 

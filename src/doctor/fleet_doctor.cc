@@ -13,9 +13,9 @@
 #include <sstream>
 #include <zmq.hpp>
 
+#include "event_wire/dp_endpoint.h"
+#include "event_wire/zmq_frames.h"
 #include "events/event_decoder.h"
-#include "events/publisher.h"
-#include "events/zmq_frames.h"
 #include "http/client.h"
 #include "http/io_pool.h"
 #include "http/url.h"

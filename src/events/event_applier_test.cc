@@ -6,8 +6,8 @@
 #include <algorithm>
 
 #include "core/hashing.h"
-#include "events/event_encoder.h"
-#include "events/golden_payloads.h"
+#include "engine_events/event_encoder.h"
+#include "event_wire/golden_payloads.h"
 
 namespace infera::events {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/hashing.h"
-#include "events/msgpack_reader.h"
+#include "event_wire/msgpack_reader.h"
 
 namespace infera::events {
 namespace {

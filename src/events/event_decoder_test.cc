@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/hashing.h"
-#include "events/golden_payloads.h"
+#include "event_wire/golden_payloads.h"
 
 namespace infera::events {
 namespace {

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <zmq.hpp>
 
-#include "events/zmq_frames.h"
+#include "event_wire/zmq_frames.h"
 #include "log/steady_clock.h"
 
 namespace infera::events {

@@ -9,9 +9,9 @@
 #include <zmq.hpp>
 
 #include "core/hashing.h"
-#include "events/event_encoder.h"
-#include "events/fake_engine_cache.h"
-#include "events/publisher.h"
+#include "engine_events/event_encoder.h"
+#include "engine_events/fake_engine_cache.h"
+#include "engine_events/publisher.h"
 #include "testing/test_clock.h"
 #include "testing/wait_for.h"
 

@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "events/nats_subject.h"
+#include "event_wire/nats_subject.h"
 
 namespace infera::events {
 

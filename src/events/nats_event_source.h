@@ -39,8 +39,8 @@
 
 #include "base/mutex.h"
 #include "core/types.h"
+#include "event_wire/nats_connection.h"
 #include "events/kv_event_source.h"
-#include "events/nats_connection.h"
 #include "events/shared_kv_index.h"
 #include "events/stream_applier.h"
 

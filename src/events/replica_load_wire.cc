@@ -4,9 +4,9 @@
 
 #include <utility>
 
-#include "events/msgpack_reader.h"
-#include "events/msgpack_writer.h"
-#include "events/nats_subject.h"
+#include "event_wire/msgpack_reader.h"
+#include "event_wire/msgpack_writer.h"
+#include "event_wire/nats_subject.h"
 
 namespace infera::events {
 namespace {

@@ -5,7 +5,7 @@
 // stored blocks, block size, medium, the LoRA adapter's id and name, and per block
 // the extra keys its hash covered), BlockRemoved (engine hashes, medium) and
 // AllBlocksCleared. Hashes are the engine's own (see KvCache), never the router's.
-// The wire encoding (msgpack, ZMQ) lives in src/events/publisher.h; the offline
+// The wire encoding (msgpack, ZMQ) lives in src/engine_events/publisher.h; the offline
 // simulator applies these structs to the router's index directly.
 #pragma once
 

@@ -10,7 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "base/mutex.h"
-#include "events/nats_connection.h"
+#include "event_wire/nats_connection.h"
 #include "http/client.h"
 #include "log/rate_limited_log.h"
 #include "spdlog/spdlog.h"

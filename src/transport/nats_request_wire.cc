@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "events/nats_subject.h"
+#include "event_wire/nats_subject.h"
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
 

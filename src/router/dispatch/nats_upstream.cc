@@ -13,7 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "base/mutex.h"
-#include "events/nats_connection.h"
+#include "event_wire/nats_connection.h"
 #include "router/metrics/metrics.h"
 #include "spdlog/spdlog.h"
 #include "transport/nats_request_wire.h"

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "events/publisher.h"
+#include "event_wire/dp_endpoint.h"
 #include "router/plan/pick_planner.h"
 #include "router/metrics/router_metrics.h"
 #include "spdlog/spdlog.h"

@@ -35,7 +35,7 @@
 #include "base/mutex.h"
 #include "core/clock.h"
 #include "core/remote_load.h"
-#include "events/nats_connection.h"
+#include "event_wire/nats_connection.h"
 #include "router/plan/pick_planner.h"
 #include "router/plan/worker_set.h"
 

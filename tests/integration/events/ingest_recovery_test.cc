@@ -8,10 +8,10 @@
 #include <chrono>
 #include <thread>
 
-#include "events/event_encoder.h"
-#include "events/fake_engine_cache.h"
+#include "engine_events/event_encoder.h"
+#include "engine_events/fake_engine_cache.h"
+#include "engine_events/publisher.h"
 #include "events/kv_event_ingestor.h"
-#include "events/publisher.h"
 #include "testing/wait_for.h"
 
 namespace infera::events {

@@ -7,7 +7,7 @@
 //   GET  /stats  -> {"requests":N,"completed":N,"cancelled":N} (cancelled = the
 //        client went away mid-stream, i.e. the router cancelled the upstream).
 //   --kv-events-port P: publishes BlockStored for each integer-array prompt's full
-//        blocks over ZMQ (src/events/publisher.h, vLLM wire shape) on tcp://127.0.0.1:P.
+//        blocks over ZMQ (src/engine_events/publisher.h, vLLM wire shape) on tcp://127.0.0.1:P.
 // Prints "fake-worker listening on <port>" once ready.
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -15,7 +15,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "events/publisher.h"
+#include "engine_events/publisher.h"
 #include "http/server.h"
 
 namespace {

@@ -1,9 +1,9 @@
-#include "events/nats_connection.h"
+#include "event_wire/nats_connection.h"
 
 #include <charconv>
 #include <cstring>
 
-#include "events/nats_subject.h"
+#include "event_wire/nats_subject.h"
 
 namespace infera::events {
 

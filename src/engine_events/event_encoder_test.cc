@@ -1,10 +1,10 @@
-#include "events/event_encoder.h"
+#include "engine_events/event_encoder.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "event_wire/golden_payloads.h"
 #include "events/event_decoder.h"
-#include "events/golden_payloads.h"
 
 namespace infera::events {
 namespace {

@@ -1,6 +1,5 @@
-#include "events/publisher.h"
+#include "engine_events/publisher.h"
 
-#include <charconv>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -18,21 +17,6 @@ std::string SeqBytes(uint64_t seq) {
 constexpr uint64_t kEndMarker = ~uint64_t{0};  // -1 as a signed 8-byte big-endian int
 
 }  // namespace
-
-std::string OffsetEndpointPort(const std::string& endpoint, uint32_t rank) {
-  if (rank == 0 || endpoint.empty()) return endpoint;
-  if (endpoint.rfind("inproc://", 0) == 0 || endpoint.rfind("ipc://", 0) == 0) {
-    return absl::StrCat(endpoint, "_dp", rank);
-  }
-  const size_t colon = endpoint.rfind(':');
-  if (colon == std::string::npos) return endpoint;
-  uint32_t port = 0;
-  const char* begin = endpoint.data() + colon + 1;
-  const char* end = endpoint.data() + endpoint.size();
-  auto [ptr, ec] = std::from_chars(begin, end, port);
-  if (ec != std::errc() || ptr != end || begin == end) return endpoint;
-  return absl::StrCat(endpoint.substr(0, colon + 1), port + rank);
-}
 
 absl::StatusOr<std::unique_ptr<EventPublisher>> EventPublisher::Create(PublisherOptions options) {
   std::unique_ptr<EventPublisher> pub(new EventPublisher(std::move(options)));

@@ -1,4 +1,4 @@
-#include "events/zmq_frames.h"
+#include "event_wire/zmq_frames.h"
 
 #include <atomic>
 

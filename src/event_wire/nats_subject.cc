@@ -1,4 +1,4 @@
-#include "events/nats_subject.h"
+#include "event_wire/nats_subject.h"
 
 #include <charconv>
 #include <cstdint>

@@ -1,8 +1,8 @@
-#include "events/msgpack_reader.h"
+#include "event_wire/msgpack_reader.h"
 
 #include <gtest/gtest.h>
 
-#include "events/golden_payloads.h"
+#include "event_wire/golden_payloads.h"
 
 namespace infera::events {
 namespace {

@@ -35,7 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
-#include "events/event_encoder.h"
+#include "engine_events/event_encoder.h"
 
 namespace infera::events {
 
@@ -100,10 +100,5 @@ class EventPublisher {
   std::atomic<bool> stop_{false};
   std::thread replay_thread_;
 };
-
-// The endpoint of data-parallel rank `rank` given rank 0's: "tcp://h:5557" -> port +
-// rank; "inproc://x" / "ipc://x" -> "x_dp<rank>" (as vLLM offsets its endpoints).
-// Returns the endpoint unchanged for rank 0 or when it has no numeric port.
-std::string OffsetEndpointPort(const std::string& endpoint, uint32_t rank);
 
 }  // namespace infera::events

@@ -1,4 +1,4 @@
-#include "events/msgpack_reader.h"
+#include "event_wire/msgpack_reader.h"
 
 #include <bit>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "events/publisher.h"
+#include "engine_events/publisher.h"
 
 #include <gtest/gtest.h>
 
@@ -27,14 +27,6 @@ uint64_t BE64(const zmq::message_t& m) {
   const auto* p = static_cast<const uint8_t*>(m.data());
   for (size_t i = 0; i < m.size(); ++i) v = (v << 8) | p[i];
   return v;
-}
-
-TEST(OffsetEndpointPort, OffsetsLikeVllm) {
-  EXPECT_EQ(OffsetEndpointPort("tcp://*:5557", 0), "tcp://*:5557");
-  EXPECT_EQ(OffsetEndpointPort("tcp://*:5557", 3), "tcp://*:5560");
-  EXPECT_EQ(OffsetEndpointPort("tcp://10.0.0.1:5558", 1), "tcp://10.0.0.1:5559");
-  EXPECT_EQ(OffsetEndpointPort("inproc://cache", 2), "inproc://cache_dp2");
-  EXPECT_EQ(OffsetEndpointPort("tcp://host", 2), "tcp://host");
 }
 
 TEST(EventPublisher, PublishesThreeFramesAndServesReplay) {

@@ -35,7 +35,7 @@
 
 #include "absl/status/status.h"
 #include "core/types.h"
-#include "events/nats_connection.h"
+#include "event_wire/nats_connection.h"
 
 namespace infera::events {
 

@@ -1,4 +1,4 @@
-#include "events/nats_relay.h"
+#include "engine_events/nats_relay.h"
 
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
@@ -9,8 +9,8 @@
 #include <random>
 #include <zmq.hpp>
 
-#include "events/nats_subject.h"
-#include "events/zmq_frames.h"
+#include "event_wire/nats_subject.h"
+#include "event_wire/zmq_frames.h"
 
 namespace infera::events {
 namespace {

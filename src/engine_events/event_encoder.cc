@@ -1,8 +1,8 @@
-#include "events/event_encoder.h"
+#include "engine_events/event_encoder.h"
 
 #include <string_view>
 
-#include "events/msgpack_writer.h"
+#include "event_wire/msgpack_writer.h"
 
 namespace infera::events {
 namespace {

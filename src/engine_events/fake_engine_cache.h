@@ -17,7 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/clock.h"
 #include "core/hashing.h"
-#include "events/event_encoder.h"
+#include "engine_events/event_encoder.h"
 
 namespace infera::events {
 
