@@ -66,8 +66,8 @@ int main(int argc, char** argv) {
     spdlog::error("discovery: {}", s.ToString());
     return 1;
   }
-  spdlog::info("infera-router listening on {}:{} policy={} discovery={}", flags.host,
-               router.port(), flags.policy, flags.discovery.backend);
+  spdlog::info("infera-router listening on {}:{} policy={} discovery={}", flags.host, router.port(),
+               flags.policy, flags.discovery.backend);
   auto startup_doctor = infera::doctor::StartupDoctor::Start(
       flags.startup_doctor, flags.discovery,
       {flags.options.tokenizer_path, flags.options.kv_events_topic, flags.kv_transport});

@@ -92,8 +92,8 @@ std::optional<int> ParseRouterFlags(CLI::App& app, RouterFlags& flags, int argc,
 
 bool RouterFlags::OnCommandLine(std::string_view name) const {
   for (const std::string& arg : args) {
-    if (arg == name || (arg.starts_with(name) && arg.size() > name.size() &&
-                        arg[name.size()] == '=')) {
+    if (arg == name ||
+        (arg.starts_with(name) && arg.size() > name.size() && arg[name.size()] == '=')) {
       return true;
     }
   }

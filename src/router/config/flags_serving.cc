@@ -42,12 +42,11 @@ void AddLimitFlags(CLI::App& app, RouterFlags& f) {
 
 // Logging, the data-plane alias and the startup doctor.
 void AddOperationFlags(CLI::App& app, RouterFlags& f) {
-  f.log_flag =
-      app.add_option("--log-level", f.log_level,
-                     "trace | debug | info | warn | error | off, or per target: "
-                     "info,decode_demand=debug (also infera_router::decode_demand=debug); "
-                     "without it RUST_LOG is read (default info)")
-          ->capture_default_str();
+  f.log_flag = app.add_option("--log-level", f.log_level,
+                              "trace | debug | info | warn | error | off, or per target: "
+                              "info,decode_demand=debug (also infera_router::decode_demand=debug); "
+                              "without it RUST_LOG is read (default info)")
+                   ->capture_default_str();
   f.backend_flag = app.add_option(
       "--router-backend", f.router_backend,
       "python | rust (Infera's choice of data plane; env INFERA_ROUTER_BACKEND): both run "
@@ -63,9 +62,8 @@ void AddAdminFlags(CLI::App& app, RouterFlags& f) {
       "Bearer token that /v1/admin/*, /v1/workers and /dashboard require (env "
       "INFERA_ADMIN_TOKEN; default: none, open). A command line is visible to every user "
       "of the machine: prefer --admin-token-file or the environment");
-  f.token_file_flag =
-      app.add_option("--admin-token-file", f.admin_token_file,
-                     "File holding the admin token (trailing newline ignored)");
+  f.token_file_flag = app.add_option("--admin-token-file", f.admin_token_file,
+                                     "File holding the admin token (trailing newline ignored)");
   app.add_flag("--protect-metrics", f.protect_metrics,
                "/metrics requires the admin token too (default: open to scrapers)");
 }

@@ -102,8 +102,7 @@ TEST(RouterConfigTest, RandomTenantKeyIsDrawnFromTheSources) {
   auto c = Configure({"--tenant-cache-salt", "header:Authorization"});
   ASSERT_TRUE(c->status.ok()) << c->status;
   EXPECT_EQ(c->flags->options.tenant_salt_header, "Authorization");
-  const std::string expected =
-      RandomTenantSaltKey(ConfigSources::Fixed({}, kRandomWord, kUnixMs));
+  const std::string expected = RandomTenantSaltKey(ConfigSources::Fixed({}, kRandomWord, kUnixMs));
   EXPECT_EQ(expected.size(), 32u);
   EXPECT_EQ(c->flags->options.tenant_salt_key, expected);
 }

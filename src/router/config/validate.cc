@@ -124,8 +124,7 @@ absl::Status ParseKvViewFlags(RouterFlags& f, const ConfigSources&) {
   f.options.approx.ttl_ns = static_cast<int64_t>(f.approx_ttl_s * 1e9);
   const double parity_s = f.parity_interval_s;
   if (!std::isfinite(parity_s) || parity_s > 1e9 || (parity_s != 0 && !(parity_s >= 0.01))) {
-    return FlagError(
-        "--render-parity-interval-s must be 0 (only at discovery) or seconds >= 0.01");
+    return FlagError("--render-parity-interval-s must be 0 (only at discovery) or seconds >= 0.01");
   }
   f.options.render_parity.interval_ns = static_cast<int64_t>(parity_s * 1e9);
   return absl::OkStatus();
@@ -133,8 +132,7 @@ absl::Status ParseKvViewFlags(RouterFlags& f, const ConfigSources&) {
 
 absl::Status ParseRequestTransport(RouterFlags& f, const ConfigSources& sources) {
   if (f.request_transport != "http" && f.request_transport != "nats") {
-    return FlagError("--request-transport must be http or nats, got '" + f.request_transport +
-                     "'");
+    return FlagError("--request-transport must be http or nats, got '" + f.request_transport + "'");
   }
   auto timeouts = f.nats_request_flags.Resolve();
   if (!timeouts.ok()) return FlagError(MessageOf(timeouts.status()));
