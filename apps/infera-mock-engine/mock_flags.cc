@@ -1,5 +1,6 @@
 #include "mock_flags.h"
 
+#include "discovery/disagg_meta.h"
 #include "sim/engine_flags.h"
 #include "sim/kv_transfer.h"
 
@@ -17,7 +18,7 @@ void AddWorkerFlags(CLI::App& app, MockFlags& f) {
       ->check(CLI::IsMember({"mixed", "prefill", "decode"}));
   app.add_option("--pd-protocol", f.pd_protocol,
                  "PD protocol of a prefill/decode worker (doc/pd.md)")
-      ->check(CLI::IsMember({"sglang-bootstrap", "vllm-nixl", "vllm-mooncake"}));
+      ->check(CLI::IsMember(discovery::PdProtocolNames()));
   app.add_option("--engine-id", f.pd_options.engine_id,
                  "vLLM engine id (default: mock-engine-<port>)");
   app.add_option("--bootstrap-port", f.bootstrap_port,

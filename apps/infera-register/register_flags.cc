@@ -1,5 +1,6 @@
 #include "register_flags.h"
 
+#include "discovery/disagg_meta.h"
 #include "nlohmann/json.hpp"
 
 namespace infera::registrar {
@@ -15,7 +16,7 @@ void AddRecordFlags(CLI::App& app, RegisterFlags& f) {
   app.add_option("--engine", f.engine, "sglang | vllm | atom | mock")->capture_default_str();
   app.add_option("--disagg-mode", f.disagg_mode, "mixed | prefill | decode")->capture_default_str();
   app.add_option("--disagg-protocol", f.disagg_protocol,
-                 "sglang-bootstrap | vllm-nixl | vllm-mooncake (PD workers)");
+                 discovery::JoinPdProtocolNames(" | ", " | ") + " (PD workers)");
   app.add_option("--bootstrap-host", f.bootstrap_host,
                  "sglang-bootstrap prefill: bootstrap host (default: the --url host)");
   app.add_option("--bootstrap-port", f.bootstrap_port,
