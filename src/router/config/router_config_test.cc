@@ -84,6 +84,21 @@ TEST(RouterConfigTest, EnvironmentFillsWhatTheFlagsLeaveOut) {
   EXPECT_EQ(empty->flags->options.nats_server, "nats://127.0.0.1:4222");
 }
 
+TEST(RouterConfigTest, NatsRequestTimeoutsReadTheSources) {
+  auto c = Configure({"--request-transport", "nats"}, {{"INFERA_NATS_REQ_IDLE_TIMEOUT", "5"},
+                                                       {"INFERA_NATS_REQ_MAX_DURATION", "60"}});
+  ASSERT_TRUE(c->status.ok()) << c->status;
+  ASSERT_TRUE(c->flags->options.nats_requests.has_value());
+  EXPECT_EQ(c->flags->options.nats_requests->idle_timeout_ms, 5000);
+  EXPECT_EQ(c->flags->options.nats_requests->max_duration_ms, 60000);
+
+  auto flagged = Configure({"--request-transport", "nats", "--nats-req-idle-timeout", "7"},
+                           {{"INFERA_NATS_REQ_IDLE_TIMEOUT", "5"}});
+  ASSERT_TRUE(flagged->status.ok()) << flagged->status;
+  EXPECT_EQ(flagged->flags->options.nats_requests->idle_timeout_ms, 7000);
+  EXPECT_EQ(flagged->flags->options.nats_requests->max_duration_ms, 0);
+}
+
 TEST(RouterConfigTest, ReplicaIdentityComesFromTheSources) {
   auto c = Configure({"--router-replica-sync"});
   ASSERT_TRUE(c->status.ok()) << c->status;

@@ -4,6 +4,7 @@
 #include "router/config/validate.h"
 
 #include <cmath>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -134,7 +135,11 @@ absl::Status ParseRequestTransport(RouterFlags& f, const ConfigSources& sources)
   if (f.request_transport != "http" && f.request_transport != "nats") {
     return FlagError("--request-transport must be http or nats, got '" + f.request_transport + "'");
   }
-  auto timeouts = f.nats_request_flags.Resolve();
+  std::map<std::string, std::optional<std::string>> read;  // keeps the values alive
+  auto timeouts = f.nats_request_flags.Resolve([&](const char* name) -> const char* {
+    const auto& value = read.emplace(name, sources.env(name)).first->second;
+    return value ? value->c_str() : nullptr;
+  });
   if (!timeouts.ok()) return FlagError(MessageOf(timeouts.status()));
   if (f.nats_pending_flag->count() == 0) {
     if (auto env = sources.NonEmptyEnv("INFERA_NATS_REQ_MAX_PENDING")) {
