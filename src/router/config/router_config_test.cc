@@ -2,6 +2,8 @@
 // randomness and a fixed clock (ConfigSources::Fixed).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -82,6 +84,22 @@ TEST(RouterConfigTest, EnvironmentFillsWhatTheFlagsLeaveOut) {
   auto empty = Configure({}, {{"NATS_SERVER", ""}});
   ASSERT_TRUE(empty->status.ok()) << empty->status;
   EXPECT_EQ(empty->flags->options.nats_server, "nats://127.0.0.1:4222");
+}
+
+// --config shares the flag table: command line > file > environment > default.
+TEST(RouterConfigTest, ConfigFileSitsBetweenCommandLineAndEnvironment) {
+  const std::string path = testing::TempDir() + "/router_config_test.toml";
+  {
+    std::ofstream file(path);
+    file << "port = 9000\nrouter-policy = \"round-robin\"\nnats-server = \"nats://file:4222\"\n";
+  }
+  const Env env = {{"NATS_SERVER", "nats://env:4222"}};
+  auto c = Configure({"--config", path, "--router-policy", "least-load"}, env);
+  ASSERT_TRUE(c->status.ok()) << c->status;
+  EXPECT_EQ(c->flags->options.server.port, 9000);
+  EXPECT_EQ(c->flags->options.policy.policy, core::Policy::kLeastLoad);
+  EXPECT_EQ(c->flags->options.nats_server, "nats://file:4222");
+  std::remove(path.c_str());
 }
 
 TEST(RouterConfigTest, NatsRequestTimeoutsReadTheSources) {
