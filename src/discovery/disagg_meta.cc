@@ -1,5 +1,7 @@
 #include "discovery/disagg_meta.h"
 
+#include <iterator>
+
 #include "absl/status/status.h"
 #include "discovery/internal/str_cat.h"
 #include "discovery/worker_record.h"
@@ -50,29 +52,96 @@ absl::Status CheckHostPort(std::string_view key, std::string_view addr) {
   return absl::OkStatus();
 }
 
+// vllm-nixl: the prefill leg's response carries everything the decode leg needs.
+absl::Status NoParams(bool, std::string_view, json&, PdParams&) { return absl::OkStatus(); }
+
+absl::Status SglangBootstrapParams(bool prefill, std::string_view url_host, json& params,
+                                   PdParams& out) {
+  if (auto s = ReadToken(params, "bootstrap_host", &out.bootstrap_host); !s.ok()) return s;
+  if (auto s = ReadPort(params, "bootstrap_port", &out.bootstrap_port); !s.ok()) return s;
+  if (prefill) {
+    if (out.bootstrap_host.empty()) out.bootstrap_host = std::string(url_host);
+    if (out.bootstrap_port == 0) out.bootstrap_port = kDefaultBootstrapPort;
+    params["bootstrap_host"] = out.bootstrap_host;
+    params["bootstrap_port"] = out.bootstrap_port;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VllmMooncakeParams(bool prefill, std::string_view url_host, json& params,
+                                PdParams& out) {
+  if (auto s = ReadToken(params, "bootstrap_addr", &out.bootstrap_addr); !s.ok()) return s;
+  if (!out.bootstrap_addr.empty()) {
+    if (auto s = CheckHostPort("bootstrap_addr", out.bootstrap_addr); !s.ok()) return s;
+  }
+  if (auto s = ReadToken(params, "engine_id", &out.engine_id); !s.ok()) return s;
+  if (prefill) {
+    if (out.engine_id.empty()) {
+      return ParamError("engine_id",
+                        "is required for a vllm-mooncake prefill worker (its "
+                        "kv_transfer_config.engine_id)");
+    }
+    if (out.bootstrap_addr.empty()) out.bootstrap_addr = Cat(url_host, ":", kDefaultBootstrapPort);
+    params["bootstrap_addr"] = out.bootstrap_addr;
+    params["engine_id"] = out.engine_id;
+  }
+  return absl::OkStatus();
+}
+
+struct PdProtocolEntry {
+  PdProtocol protocol;
+  std::string_view name;
+  // Checks (and for a prefill worker defaults, written back) the protocol's params.
+  absl::Status (*parse_params)(bool prefill, std::string_view url_host, json& params,
+                               PdParams& out);
+};
+
+// The PD protocols a worker record can name, in the order messages and --help list
+// them. A new protocol: its enum value, its params function above and one line here;
+// the router's side is one file and one line in src/router/dispatch/pd/protocols.cc.
+constexpr PdProtocolEntry kPdProtocols[] = {
+    {PdProtocol::kSglangBootstrap, "sglang-bootstrap", SglangBootstrapParams},
+    {PdProtocol::kVllmNixl, "vllm-nixl", NoParams},
+    {PdProtocol::kVllmMooncake, "vllm-mooncake", VllmMooncakeParams},
+};
+
+const PdProtocolEntry* FindPdProtocol(PdProtocol protocol) {
+  for (const PdProtocolEntry& entry : kPdProtocols) {
+    if (entry.protocol == protocol) return &entry;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 std::string_view PdProtocolName(PdProtocol protocol) {
-  switch (protocol) {
-    case PdProtocol::kNone:
-      return "";
-    case PdProtocol::kSglangBootstrap:
-      return "sglang-bootstrap";
-    case PdProtocol::kVllmNixl:
-      return "vllm-nixl";
-    case PdProtocol::kVllmMooncake:
-      return "vllm-mooncake";
+  const PdProtocolEntry* entry = FindPdProtocol(protocol);
+  return entry == nullptr ? std::string_view() : entry->name;
+}
+
+std::vector<std::string> PdProtocolNames() {
+  std::vector<std::string> names;
+  for (const PdProtocolEntry& entry : kPdProtocols) names.emplace_back(entry.name);
+  return names;
+}
+
+std::string JoinPdProtocolNames(std::string_view separator, std::string_view last_separator) {
+  std::string out;
+  const size_t count = std::size(kPdProtocols);
+  for (size_t i = 0; i < count; ++i) {
+    if (i > 0) out += i + 1 == count ? last_separator : separator;
+    out += kPdProtocols[i].name;
   }
-  return "";
+  return out;
 }
 
 absl::StatusOr<PdProtocol> ParsePdProtocol(std::string_view name) {
-  for (PdProtocol p : {PdProtocol::kNone, PdProtocol::kSglangBootstrap, PdProtocol::kVllmNixl,
-                       PdProtocol::kVllmMooncake}) {
-    if (name == PdProtocolName(p)) return p;
+  if (name.empty()) return PdProtocol::kNone;
+  for (const PdProtocolEntry& entry : kPdProtocols) {
+    if (name == entry.name) return entry.protocol;
   }
   return absl::InvalidArgumentError(
-      Cat("must be sglang-bootstrap, vllm-nixl or vllm-mooncake, got '", name, "'"));
+      Cat("must be ", JoinPdProtocolNames(", ", " or "), ", got '", name, "'"));
 }
 
 std::string_view HostOfHostPort(std::string_view host_port) {
@@ -84,47 +153,19 @@ std::string_view HostOfHostPort(std::string_view host_port) {
 absl::StatusOr<PdParams> ParsePdParams(PdProtocol protocol, DisaggMode mode,
                                        std::string_view url_host, json& params) {
   PdParams out;
-  const bool prefill = mode == DisaggMode::kPrefill;
-  switch (protocol) {
-    case PdProtocol::kNone:
-      if (mode != DisaggMode::kMixed) {
-        return absl::InvalidArgumentError(
-            Cat("worker record: field 'disagg_meta.protocol' is required for a ",
-                mode == DisaggMode::kPrefill ? "prefill" : "decode",
-                " worker (sglang-bootstrap, vllm-nixl or vllm-mooncake)"));
-      }
-      break;
-    case PdProtocol::kVllmNixl:
-      break;  // the prefill leg's response carries everything the decode leg needs
-    case PdProtocol::kSglangBootstrap:
-      if (auto s = ReadToken(params, "bootstrap_host", &out.bootstrap_host); !s.ok()) return s;
-      if (auto s = ReadPort(params, "bootstrap_port", &out.bootstrap_port); !s.ok()) return s;
-      if (prefill) {
-        if (out.bootstrap_host.empty()) out.bootstrap_host = std::string(url_host);
-        if (out.bootstrap_port == 0) out.bootstrap_port = kDefaultBootstrapPort;
-        params["bootstrap_host"] = out.bootstrap_host;
-        params["bootstrap_port"] = out.bootstrap_port;
-      }
-      break;
-    case PdProtocol::kVllmMooncake:
-      if (auto s = ReadToken(params, "bootstrap_addr", &out.bootstrap_addr); !s.ok()) return s;
-      if (!out.bootstrap_addr.empty()) {
-        if (auto s = CheckHostPort("bootstrap_addr", out.bootstrap_addr); !s.ok()) return s;
-      }
-      if (auto s = ReadToken(params, "engine_id", &out.engine_id); !s.ok()) return s;
-      if (prefill) {
-        if (out.engine_id.empty()) {
-          return ParamError("engine_id",
-                            "is required for a vllm-mooncake prefill worker (its "
-                            "kv_transfer_config.engine_id)");
-        }
-        if (out.bootstrap_addr.empty()) {
-          out.bootstrap_addr = Cat(url_host, ":", kDefaultBootstrapPort);
-        }
-        params["bootstrap_addr"] = out.bootstrap_addr;
-        params["engine_id"] = out.engine_id;
-      }
-      break;
+  const PdProtocolEntry* entry = FindPdProtocol(protocol);
+  if (entry == nullptr) {
+    if (mode != DisaggMode::kMixed) {
+      return absl::InvalidArgumentError(
+          Cat("worker record: field 'disagg_meta.protocol' is required for a ",
+              mode == DisaggMode::kPrefill ? "prefill" : "decode", " worker (",
+              JoinPdProtocolNames(", ", " or "), ")"));
+    }
+    return out;
+  }
+  if (absl::Status s = entry->parse_params(mode == DisaggMode::kPrefill, url_host, params, out);
+      !s.ok()) {
+    return s;
   }
   return out;
 }

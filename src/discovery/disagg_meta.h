@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json_fwd.hpp"
@@ -30,10 +31,16 @@ enum class DisaggMode : uint8_t { kMixed = 0, kPrefill = 1, kDecode = 2 };
 
 enum class PdProtocol : uint8_t { kNone = 0, kSglangBootstrap, kVllmNixl, kVllmMooncake };
 
+// The protocols come from one table (disagg_meta.cc, kPdProtocols); kNone has no entry.
 // "", "sglang-bootstrap", "vllm-nixl", "vllm-mooncake".
 std::string_view PdProtocolName(PdProtocol protocol);
-// InvalidArgument naming the three protocols for anything else ("" is kNone).
+// InvalidArgument naming every protocol for anything else ("" is kNone).
 absl::StatusOr<PdProtocol> ParsePdProtocol(std::string_view name);
+// Every protocol's name, in the table's order (kNone's "" left out).
+std::vector<std::string> PdProtocolNames();
+// Them joined: JoinPdProtocolNames(", ", " or ") is "sglang-bootstrap, vllm-nixl or
+// vllm-mooncake".
+std::string JoinPdProtocolNames(std::string_view separator, std::string_view last_separator);
 
 // SGLang's --disaggregation-bootstrap-port default (server_args.py) and vLLM's
 // VLLM_MOONCAKE_BOOTSTRAP_PORT default (mooncake_connector_proxy.py: `bootstrap_port or 8998`).

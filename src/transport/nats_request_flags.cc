@@ -28,13 +28,18 @@ void NatsRequestFlags::Add(CLI::App& app, Side side) {
 }
 
 absl::StatusOr<NatsTimeouts> NatsRequestFlags::Resolve() const {
+  return Resolve([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+absl::StatusOr<NatsTimeouts> NatsRequestFlags::Resolve(
+    const std::function<const char*(const char*)>& getenv) const {
   auto given = [](const CLI::Option* flag, double value) {
     return flag != nullptr && flag->count() > 0 ? std::optional<double>(value) : std::nullopt;
   };
-  auto idle = TimeoutMs(given(idle_flag_, idle_s_), std::getenv("INFERA_NATS_REQ_IDLE_TIMEOUT"),
-                        900, "--nats-req-idle-timeout", "INFERA_NATS_REQ_IDLE_TIMEOUT");
+  auto idle = TimeoutMs(given(idle_flag_, idle_s_), getenv("INFERA_NATS_REQ_IDLE_TIMEOUT"), 900,
+                        "--nats-req-idle-timeout", "INFERA_NATS_REQ_IDLE_TIMEOUT");
   if (!idle.ok()) return idle.status();
-  auto max = TimeoutMs(given(max_flag_, max_s_), std::getenv("INFERA_NATS_REQ_MAX_DURATION"), 0,
+  auto max = TimeoutMs(given(max_flag_, max_s_), getenv("INFERA_NATS_REQ_MAX_DURATION"), 0,
                        "--nats-req-max-duration", "INFERA_NATS_REQ_MAX_DURATION");
   if (!max.ok()) return max.status();
   return NatsTimeouts{.idle_timeout_ms = *idle, .max_duration_ms = *max};

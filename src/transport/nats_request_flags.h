@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/statusor.h"
 
@@ -26,8 +27,11 @@ class NatsRequestFlags {
  public:
   enum class Side : uint8_t { kRouter, kWorker };  // only the help text differs
   void Add(CLI::App& app, Side side);
-  // After parsing: InvalidArgument naming the flag or variable (TimeoutMs).
+  // After parsing: InvalidArgument naming the flag or variable (TimeoutMs). The
+  // variables are read with `getenv` (a value, or nullptr when unset; the process's
+  // environment by default).
   absl::StatusOr<NatsTimeouts> Resolve() const;
+  absl::StatusOr<NatsTimeouts> Resolve(const std::function<const char*(const char*)>& getenv) const;
 
  private:
   double idle_s_ = 900;

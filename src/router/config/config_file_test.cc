@@ -1,4 +1,4 @@
-#include "router/config_file.h"
+#include "router/config/config_file.h"
 
 #include <gtest/gtest.h>
 
