@@ -339,10 +339,7 @@ TEST_F(RouterPipelineTest, DeadlineIs504WithoutFailover) {
 }
 
 TEST_F(RouterPipelineTest, BreakerOpensThenHalfOpenProbeClosesIt) {
-  RouterOptions opt;
-  opt.breaker_failures = 2;
-  opt.breaker_cooldown_ms = 5000;
-  StartRouter(opt);
+  StartRouter(testing::BreakerAfter(2, 5000));
   AddWorker("a");
   fake_->Push("a:1", Script{.status = 502});
   fake_->Push("a:1", Script{.status = 502});
@@ -370,10 +367,7 @@ TEST_F(RouterPipelineTest, BreakerOpensThenHalfOpenProbeClosesIt) {
 }
 
 TEST_F(RouterPipelineTest, HalfOpenAdmitsOneProbeAtATime) {
-  RouterOptions opt;
-  opt.breaker_failures = 1;
-  opt.breaker_cooldown_ms = 100;
-  StartRouter(opt);
+  StartRouter(testing::BreakerAfter(1, 100));
   AddWorker("a");
   fake_->Push("a:1", Script{.status = 500});
   fake_->Push("a:1", Script{.pieces = {kCompletion}, .hold_before_head = true});

@@ -134,6 +134,15 @@ inline std::unique_ptr<router::Router> StartTestRouter(router::RouterOptions opt
   return router;
 }
 
+// Router options whose breakers open after `failures` failures in a row and stay open
+// `cooldown_ms` (the rest default).
+inline router::RouterOptions BreakerAfter(uint32_t failures, int64_t cooldown_ms) {
+  router::RouterOptions opt;
+  opt.breaker_failures = failures;
+  opt.breaker_cooldown_ms = cooldown_ms;
+  return opt;
+}
+
 // The record of a mixed worker "<host>:1" at http://<host>:1 serving model "m".
 inline discovery::WorkerRecord WorkerRecordOf(const std::string& host) {
   discovery::WorkerRecord r;

@@ -29,13 +29,6 @@ std::string Chat(const std::string& field = "", const std::string& session = "",
   return body.dump();
 }
 
-RouterOptions OneFailureOpensTheBreaker() {
-  RouterOptions opt;
-  opt.breaker_failures = 1;
-  opt.breaker_cooldown_ms = 60'000;
-  return opt;
-}
-
 class SessionRoutingTest : public ::testing::Test {
  protected:
   void StartRouter(core::SessionMode mode, RouterOptions opt = {}) {
@@ -168,7 +161,7 @@ TEST_F(SessionRoutingTest, AWorkerLeavingIsReplacedAndTheNewBindingHolds) {
 }
 
 TEST_F(SessionRoutingTest, AFailingOrBrokenBoundWorkerIsReplaced) {
-  StartRouter(core::SessionMode::kPrefill, OneFailureOpensTheBreaker());
+  StartRouter(core::SessionMode::kPrefill, testing::BreakerAfter(1, 60'000));
   for (const char* h : {"a", "b", "c"}) AddWorker(h);
   // Three sessions, one per worker (round-robin binds them in turn).
   const std::string s1 = Served(Chat("session_id", "s1"));
@@ -194,7 +187,7 @@ TEST_F(SessionRoutingTest, AFailingOrBrokenBoundWorkerIsReplaced) {
 }
 
 TEST_F(SessionRoutingTest, AnOpenBreakerReplacesTheBindingWithoutTryingTheWorker) {
-  StartRouter(core::SessionMode::kPrefill, OneFailureOpensTheBreaker());
+  StartRouter(core::SessionMode::kPrefill, testing::BreakerAfter(1, 60'000));
   AddWorker("a");
   AddWorker("b");
   const std::string s1 = Served(Chat("session_id", "s1"));
