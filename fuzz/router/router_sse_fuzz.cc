@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "router/request/anthropic.h"
+#include "router/request/anthropic_stream.h"
 #include "router/dispatch/sse_framer.h"
 #include "router/request/sse_parser.h"
 

@@ -1,6 +1,6 @@
 // SplitMix64 (Steele, Lea, Flood 2014): the 64-bit finaliser the router mixes seeds
-// and counters with. One definition for the layers above src/core (core::Random in
-// core/clock.h keeps its own: src/core depends on nothing).
+// and counters with. One definition for every layer: core::Random (core/clock.h) steps
+// it too.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "base/splitmix64.h"
+
 namespace infera::core {
 
 class Clock {
@@ -29,10 +31,8 @@ class Random {
  public:
   explicit Random(uint64_t seed) : state_(seed) {}
   uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    state_ += 0x9e3779b97f4a7c15ULL;  // SplitMix64's golden-ratio increment
+    return base::SplitMix64Finalize(state_);
   }
   // Uniform in [0, n). REQUIRES: n > 0.
   uint64_t Uniform(uint64_t n) { return Next() % n; }

@@ -33,18 +33,6 @@ const char* SessionSlotName(SessionSlot slot) {
   return slot == SessionSlot::kDecode ? "decode" : "prefill";
 }
 
-const char* SessionOutcomeName(SessionOutcome outcome) {
-  switch (outcome) {
-    case SessionOutcome::kNew:
-      return "new";
-    case SessionOutcome::kHit:
-      return "hit";
-    case SessionOutcome::kRebound:
-      return "rebound";
-  }
-  return "new";
-}
-
 absl::Status SessionConfig::Validate() const {
   if (max_sessions == 0) {
     return absl::InvalidArgumentError("--session-affinity-max-sessions must be > 0");

@@ -55,8 +55,6 @@ inline constexpr size_t kSessionSlots = 2;
 const char* SessionSlotName(SessionSlot slot);
 
 enum class SessionOutcome : uint8_t { kNew, kHit, kRebound };
-// "new", "hit", "rebound" (pick log).
-const char* SessionOutcomeName(SessionOutcome outcome);
 
 struct SessionConfig {
   SessionMode mode = SessionMode::kOff;            // --session-affinity

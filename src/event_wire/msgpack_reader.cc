@@ -82,12 +82,6 @@ bool MsgpackReader::ReadNil() {
   return true;
 }
 
-bool MsgpackReader::ReadBool(bool& out) {
-  if (Peek() != MsgpackType::kBool) return Fail();
-  out = bytes_[pos_++] == 0xc3;
-  return true;
-}
-
 bool MsgpackReader::ReadAnyInt(bool& negative, uint64_t& value) {
   if (failed_ || pos_ >= bytes_.size()) return Fail();
   const uint8_t b = bytes_[pos_];

@@ -51,7 +51,6 @@ class MsgpackReader {
   MsgpackType Peek() const;
 
   bool ReadNil();
-  bool ReadBool(bool& out);
   // Any integer that fits in the target type (a signed int >= 0 reads as unsigned).
   bool ReadUint(uint64_t& out);
   bool ReadInt(int64_t& out);

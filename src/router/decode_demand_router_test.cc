@@ -18,10 +18,6 @@ namespace infera::router {
 namespace {
 
 using nlohmann::json;
-using testing::Answer;
-using testing::TestClient;
-using testing::TestClock;
-using testing::WaitFor;
 
 const char kOk[] = R"({"choices":[{"index":0,"text":"ok"}]})";
 

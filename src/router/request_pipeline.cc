@@ -3,10 +3,10 @@
 #include <exception>
 #include <optional>
 
+#include "router/log_limiter.h"
 #include "router/request/anthropic.h"
 #include "router/request/anthropic_transform.h"
 #include "router/request/api_errors.h"
-#include "router/log_limiter.h"
 #include "router/request/request_context.h"
 #include "spdlog/spdlog.h"
 
@@ -112,13 +112,10 @@ http::Awaitable<void> RequestPipeline::Serve(ApiKind kind, http::Request& req,
   metrics_.history().RequestEnded(clock_.NowNs(), ttft);
 }
 
-http::Awaitable<void> RequestPipeline::Run(RequestContext& ctx, http::Request& req,
-                                           http::ResponseWriter& w) {
-  const ApiKind kind = ctx.kind;
-  ctx.relay = options_.relay;
+bool RequestPipeline::PassedHere(RequestContext& ctx, const http::Headers& headers) {
   // Every X-Infera-Via field, as one list.
   std::string via;
-  for (const http::Headers::Field& f : req.headers.fields()) {
+  for (const http::Headers::Field& f : headers.fields()) {
     if (!http::Headers::EqualsIgnoreCase(f.name, kViaHeader)) continue;
     if (!via.empty()) via += ", ";
     via += f.value;
@@ -132,57 +129,30 @@ http::Awaitable<void> RequestPipeline::Run(RequestContext& ctx, http::Request& r
           "record points at a router ({} more in the last second not logged)",
           ctx.request_id, kViaHeader, via, skipped);
     }
-    ctx.End(Outcome::kClientError, 508);
-    co_await SendError(w, kind, 508, "routing loop: the request already passed through this router",
-                       ctx.request_id);
-    co_return;
+    return true;
   }
   ctx.via = via.empty() ? options_.router_id : via + ", " + options_.router_id;
+  return false;
+}
 
-  // One parse serves validation and the chat template; a large body is parsed (and
-  // translated) on the pool, off the event loop.
-  std::optional<simdjson::dom::element> dom;
-  // (An if, not a conditional: g++ 12 mis-handles a conditional's temporaries across
-  // a suspension point.)
-  Parsed body;
-  if (req.body.size() >= WorkPool::kMinBytes) {
-    body = co_await pool_.Run([&] { return ParseBody(kind, req.body, nullptr); });
-  } else {
-    body = ParseBody(kind, req.body, &dom);
+absl::StatusOr<std::optional<std::string>> RequestPipeline::SaltFor(
+    const ApiRequest& api, const http::Headers& headers) const {
+  if (absl::Status s = CheckClientDpRankHeader(headers.Get("X-Data-Parallel-Rank")); !s.ok()) {
+    return s;
   }
-  absl::StatusOr<ApiRequest> parsed = std::move(body.api);
-  if (parsed.ok()) {
-    if (absl::Status s = CheckClientDpRankHeader(req.headers.Get("X-Data-Parallel-Rank"));
-        !s.ok()) {
-      parsed = s;
-    }
-  }
-  // The salt the worker gets: the client's, or its tenant's (doc/router.md "Tenant
-  // isolation").
-  std::optional<std::string> salt;
-  if (parsed.ok()) {
-    salt = parsed->cache_salt;
-    if (tenant_salt_ != nullptr) {
-      auto tenant = TenantOf(req.headers, tenant_salt_->header());
-      if (tenant.ok()) {
-        salt = tenant_salt_->Derive(*tenant, parsed->cache_salt);
-      } else {
-        parsed = tenant.status();
-      }
-    }
-  }
-  ctx.parse_s = SecondsSince(ctx.start_ns);
-  if (!parsed.ok()) {
-    ctx.End(Outcome::kClientError, 400);
-    co_await SendError(w, kind, 400, std::string(parsed.status().message()), ctx.request_id);
-    co_return;
-  }
-  ctx.api = std::move(*parsed);
+  if (tenant_salt_ == nullptr) return api.cache_salt;
+  auto tenant = TenantOf(headers, tenant_salt_->header());
+  if (!tenant.ok()) return tenant.status();
+  return tenant_salt_->Derive(*tenant, api.cache_salt);
+}
 
-  // What goes upstream.
-  ctx.upstream_path = kind == ApiKind::kCompletions ? "/v1/completions" : "/v1/chat/completions";
-  if (kind == ApiKind::kMessages) {
-    ctx.upstream_body = std::move(body.upstream_body);
+http::Awaitable<void> RequestPipeline::SetUpstreamBody(RequestContext& ctx, http::Request& req,
+                                                       std::string translated,
+                                                       const std::optional<std::string>& salt) {
+  ctx.upstream_path =
+      ctx.kind == ApiKind::kCompletions ? "/v1/completions" : "/v1/chat/completions";
+  if (ctx.kind == ApiKind::kMessages) {
+    ctx.upstream_body = std::move(translated);
     if (salt) {
       ctx.upstream_body =
           WithCacheSalt(std::move(ctx.upstream_body), *salt, /*body_has_salt=*/false);
@@ -200,6 +170,43 @@ http::Awaitable<void> RequestPipeline::Run(RequestContext& ctx, http::Request& r
     ctx.upstream_body = std::move(req.body);
   }
   if (salt) ctx.hash_keys.salt = core::KeyDigest(*salt);
+}
+
+http::Awaitable<void> RequestPipeline::Run(RequestContext& ctx, http::Request& req,
+                                           http::ResponseWriter& w) {
+  const ApiKind kind = ctx.kind;
+  ctx.relay = options_.relay;
+  if (PassedHere(ctx, req.headers)) {
+    ctx.End(Outcome::kClientError, 508);
+    co_await SendError(w, kind, 508, "routing loop: the request already passed through this router",
+                       ctx.request_id);
+    co_return;
+  }
+
+  // One parse serves validation and the chat template; a large body is parsed (and
+  // translated) on the pool, off the event loop.
+  std::optional<simdjson::dom::element> dom;
+  // (An if, not a conditional: g++ 12 mis-handles a conditional's temporaries across
+  // a suspension point.)
+  Parsed body;
+  if (req.body.size() >= WorkPool::kMinBytes) {
+    body = co_await pool_.Run([&] { return ParseBody(kind, req.body, nullptr); });
+  } else {
+    body = ParseBody(kind, req.body, &dom);
+  }
+  // The salt the worker gets: the client's, or its tenant's (doc/router.md "Tenant
+  // isolation").
+  absl::StatusOr<std::optional<std::string>> salt =
+      body.api.ok() ? SaltFor(*body.api, req.headers) : body.api.status();
+  ctx.parse_s = SecondsSince(ctx.start_ns);
+  if (!salt.ok()) {
+    ctx.End(Outcome::kClientError, 400);
+    co_await SendError(w, kind, 400, std::string(salt.status().message()), ctx.request_id);
+    co_return;
+  }
+  ctx.api = *std::move(body.api);
+
+  co_await SetUpstreamBody(ctx, req, std::move(body.upstream_body), *salt);
   ctx.authorization = std::string(req.headers.Get("Authorization"));
   // The body's session_id / prompt_cache_key first (ApiRequest), then the header.
   if (ctx.api.session_id.empty()) ctx.api.session_id = req.headers.Get("X-Session-Id");

@@ -24,15 +24,16 @@
 
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "core/clock.h"
 #include "http/server.h"
-#include "router/request/api_request.h"
 #include "router/dispatch/dispatcher.h"
 #include "router/encode/prompt_encoder.h"
 #include "router/metrics/router_metrics.h"
+#include "router/request/api_request.h"
 #include "router/request/tenant_salt.h"
 #include "router/work_pool.h"
 
@@ -68,6 +69,19 @@ class RequestPipeline {
  private:
   // The stages, from parse to the dispatcher's answer.
   http::Awaitable<void> Run(RequestContext& ctx, http::Request& req, http::ResponseWriter& w);
+  // The loop check: true when X-Infera-Via says the request already passed through this
+  // router (logged, counted); else sets ctx.via, the value it goes upstream with.
+  bool PassedHere(RequestContext& ctx, const http::Headers& headers);
+  // The cache_salt the worker gets: the client's, or with --tenant-cache-salt its
+  // tenant's (nullopt: none). InvalidArgument for a bad X-Data-Parallel-Rank or a
+  // tenant header given twice.
+  absl::StatusOr<std::optional<std::string>> SaltFor(const ApiRequest& api,
+                                                     const http::Headers& headers) const;
+  // ctx.upstream_path and ctx.upstream_body (`translated`: the chat body of a
+  // /v1/messages request), with `salt` set in the body; `req.body` is consumed.
+  http::Awaitable<void> SetUpstreamBody(RequestContext& ctx, http::Request& req,
+                                        std::string translated,
+                                        const std::optional<std::string>& salt);
   // Answers a request whose stages threw.
   http::Awaitable<void> Fail(RequestContext& ctx, http::ResponseWriter& w,
                              std::exception_ptr error);

@@ -7,19 +7,19 @@
 #include "events/nats_event_source.h"
 #include "router/admin/admin_views.h"
 #include "router/api_front.h"
-#include "router/dispatch/http_upstream.h"
 #include "router/dispatch/attempt_loop.h"
-#include "router/plan/pick_planner.h"
-#include "router/encode/prompt_encoder.h"
-#include "router/plan/readiness.h"
-#include "router/request/request_ids.h"
-#include "router/request_pipeline.h"
-#include "router/metrics/router_metrics.h"
-#include "router/steady_clock.h"
-#include "router/request/tenant_salt.h"
+#include "router/dispatch/http_upstream.h"
 #include "router/dispatch/transport_upstream.h"
-#include "router/work_pool.h"
+#include "router/encode/prompt_encoder.h"
+#include "router/metrics/router_metrics.h"
+#include "router/plan/pick_planner.h"
+#include "router/plan/readiness.h"
 #include "router/plan/worker_set.h"
+#include "router/request/request_ids.h"
+#include "router/request/tenant_salt.h"
+#include "router/request_pipeline.h"
+#include "router/steady_clock.h"
+#include "router/work_pool.h"
 #include "spdlog/spdlog.h"
 
 namespace infera::router {
@@ -68,9 +68,27 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     events_ = std::make_unique<events::NatsEventSource>(index_, std::move(nats));
   } else {
     events_ = std::make_unique<events::KvEventIngestor>(
-        index_, events::IngestorOptions{.replay_on_add = true});
+        index_, events::IngestorOptions{.replay_on_add = true, .clock = clock_});
   }
   metrics_ = std::make_unique<RouterMetrics>(options_.policy.policy);
+  MakePlanner();
+  workers_ = std::make_unique<WorkerSet>(WorkerOptions(), *events_, *planner_, *metrics_);
+  work_pool_ = std::make_unique<WorkPool>(options_.tokenize_threads);
+  encoder_ = std::make_unique<PromptEncoder>(
+      PromptEncoderOptions{.max_tokenize_bytes = options_.max_tokenize_bytes}, *metrics_,
+      *work_pool_);
+  MakeUpstream(env);
+  MakeProbes();
+  MakePipeline(env);
+  MakeViews();
+  ids_ = std::make_unique<RequestIds>(SaltFrom(env.seed));
+  front_ = std::make_unique<ApiFront>(
+      *pipeline_, *views_, *ids_,
+      options_.admin_token.empty() ? AdminAuth()
+                                   : AdminAuth(options_.admin_token, options_.protect_metrics));
+}
+
+void Router::MakePlanner() {
   const bool approx = !options_.kv_events && !options_.kv_events_nats &&
                       options_.approx.ttl_ns > 0 &&
                       options_.policy.policy == core::Policy::kKvAware;
@@ -87,36 +105,39 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
         "on its worker for {} s, at most {} blocks per worker",
         options_.approx.ttl_ns / 1e9, options_.approx.max_blocks);
   }
-  workers_ = std::make_unique<WorkerSet>(
-      WorkerSetOptions{
-          .kv_events = options_.kv_events,
-          .kv_events_topic = options_.kv_events_topic,
-          .max_index_blocks = options_.max_index_blocks,
-          .breaker = BreakerOptions{.failure_threshold = options_.breaker_failures,
-                                    .cooldown_ms = options_.breaker_cooldown_ms,
-                                    .max_cooldown_ms = options_.breaker_max_cooldown_ms,
-                                    // A probe that ends on its own is reported by the request
-                                    // timeout at the latest.
-                                    .probe_lease_ms = options_.request_timeout_ms +
-                                                      std::max(options_.breaker_cooldown_ms,
-                                                               options_.breaker_max_cooldown_ms)},
-          .checks = options_.health_check.thresholds},
-      *events_, *planner_, *metrics_);
-  work_pool_ = std::make_unique<WorkPool>(options_.tokenize_threads);
-  encoder_ = std::make_unique<PromptEncoder>(
-      PromptEncoderOptions{.max_tokenize_bytes = options_.max_tokenize_bytes}, *metrics_,
-      *work_pool_);
+}
+
+WorkerSetOptions Router::WorkerOptions() const {
+  return WorkerSetOptions{
+      .kv_events = options_.kv_events,
+      .kv_events_topic = options_.kv_events_topic,
+      .max_index_blocks = options_.max_index_blocks,
+      .breaker = BreakerOptions{.failure_threshold = options_.breaker_failures,
+                                .cooldown_ms = options_.breaker_cooldown_ms,
+                                .max_cooldown_ms = options_.breaker_max_cooldown_ms,
+                                // A probe that ends on its own is reported by the request
+                                // timeout at the latest.
+                                .probe_lease_ms = options_.request_timeout_ms +
+                                                  std::max(options_.breaker_cooldown_ms,
+                                                           options_.breaker_max_cooldown_ms)},
+      .checks = options_.health_check.thresholds};
+}
+
+void Router::MakeUpstream(const RouterEnv& env) {
   if (env.upstream) {
     upstream_ = env.upstream(*pool_, *clock_);
-  } else {
-    std::unique_ptr<NatsUpstream> nats;
-    if (options_.nats_requests) {
-      nats = std::make_unique<NatsUpstream>(*options_.nats_requests, *clock_);
-      nats_ = nats.get();
-    }
-    upstream_ = std::make_unique<TransportUpstream>(std::make_unique<HttpUpstream>(*pool_, *clock_),
-                                                    std::move(nats));
+    return;
   }
+  std::unique_ptr<NatsUpstream> nats;
+  if (options_.nats_requests) {
+    nats = std::make_unique<NatsUpstream>(*options_.nats_requests, *clock_);
+    nats_ = nats.get();
+  }
+  upstream_ = std::make_unique<TransportUpstream>(std::make_unique<HttpUpstream>(*pool_, *clock_),
+                                                  std::move(nats));
+}
+
+void Router::MakeProbes() {
   parity_ = std::make_unique<RenderParityProber>(options_.render_parity, *pool_, *upstream_,
                                                  *clock_, *workers_, *metrics_);
   health_ = std::make_unique<HealthChecker>(options_.health_check, *pool_, *upstream_, *clock_,
@@ -126,6 +147,9 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
         health->OnAdded(w);
         parity->OnAdded(std::move(w));
       });
+}
+
+void Router::MakePipeline(const RouterEnv& env) {
   dispatcher_ = std::make_unique<AttemptLoop>(
       AttemptLoopOptions{.max_attempts = options_.max_attempts,
                          .request_timeout_ms = options_.request_timeout_ms,
@@ -146,6 +170,9 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
                                 .max_translated_bytes = options_.max_translated_response_bytes},
                       .router_id = HopId(SaltFrom(env.seed))},
       *encoder_, *dispatcher_, *clock_, *metrics_, *work_pool_, tenant_salt_.get());
+}
+
+void Router::MakeViews() {
   readiness_ =
       std::make_unique<Readiness>(options_.ready_after_replay, *events_, *workers_, *clock_);
   views_ = std::make_unique<AdminViews>(*workers_, *planner_, index_, *events_, *metrics_,
@@ -158,11 +185,6 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
   if (nats_ != nullptr) {
     views_->add_metrics([nats = nats_](std::string& out) { nats->RenderMetrics(out); });
   }
-  ids_ = std::make_unique<RequestIds>(SaltFrom(env.seed));
-  front_ = std::make_unique<ApiFront>(
-      *pipeline_, *views_, *ids_,
-      options_.admin_token.empty() ? AdminAuth()
-                                   : AdminAuth(options_.admin_token, options_.protect_metrics));
 }
 
 Router::~Router() {

@@ -33,13 +33,13 @@
 #include "events/shared_kv_index.h"
 #include "http/io_pool.h"
 #include "http/server.h"
-#include "router/plan/decode_demand_routing.h"
-#include "router/plan/health_checker.h"
 #include "router/dispatch/nats_upstream.h"
 #include "router/dispatch/pd/options.h"
-#include "router/encode/render_parity_prober.h"
-#include "router/sync/replica_sync.h"
 #include "router/dispatch/upstream.h"
+#include "router/encode/render_parity_prober.h"
+#include "router/plan/decode_demand_routing.h"
+#include "router/plan/health_checker.h"
+#include "router/sync/replica_sync.h"
 
 namespace infera::router {
 
@@ -163,6 +163,13 @@ class Router {
   uint64_t random_seed() const { return options_.policy.random_seed; }
 
  private:
+  // The construction steps, in member order (each uses what the ones before made).
+  void MakePlanner();                       // planner_ (and approximate mode)
+  WorkerSetOptions WorkerOptions() const;   // for workers_
+  void MakeUpstream(const RouterEnv& env);  // upstream_, nats_
+  void MakeProbes();                        // parity_, health_, fed by workers_
+  void MakePipeline(const RouterEnv& env);  // dispatcher_, tenant_salt_, pipeline_
+  void MakeViews();                         // readiness_, views_, replica_
   // The target id of (worker_id, dp_rank) in the current fleet.
   std::optional<core::TargetId> FindTarget(const core::TargetKey& key) const;
 
@@ -180,8 +187,8 @@ class Router {
   // is alive.
   std::unique_ptr<WorkPool> work_pool_;
   std::unique_ptr<Upstream> upstream_;
-  NatsUpstream* nats_ = nullptr;  // owned by upstream_; null: no NATS request transport
-  std::unique_ptr<Dispatcher> dispatcher_;  // AttemptLoop: mixed and PD
+  NatsUpstream* nats_ = nullptr;             // owned by upstream_; null: no NATS request transport
+  std::unique_ptr<Dispatcher> dispatcher_;   // AttemptLoop: mixed and PD
   std::unique_ptr<TenantSalt> tenant_salt_;  // null: --tenant-cache-salt off
   std::unique_ptr<RequestPipeline> pipeline_;
   std::unique_ptr<AdminViews> views_;

@@ -19,10 +19,6 @@ namespace infera::router {
 namespace {
 
 using nlohmann::json;
-using testing::Answer;
-using testing::TestClient;
-using testing::TestClock;
-using testing::WaitFor;
 using tcp = asio::ip::tcp;
 
 constexpr int64_t kMs = 1'000'000;
@@ -45,10 +41,7 @@ class RouterPipelineTest : public ::testing::Test {
     ASSERT_TRUE(router_);
   }
   void AddWorker(const std::string& host, uint32_t dp_size = 1, uint32_t num_gpu_blocks = 0) {
-    discovery::WorkerRecord r;
-    r.worker_id = host + ":1";
-    r.url = "http://" + host + ":1";
-    r.model_name = "m";
+    discovery::WorkerRecord r = testing::WorkerRecordOf(host);
     r.dp_size = dp_size;
     r.num_gpu_blocks = num_gpu_blocks;
     router_->AddWorker(r);
@@ -346,10 +339,7 @@ TEST_F(RouterPipelineTest, DeadlineIs504WithoutFailover) {
 }
 
 TEST_F(RouterPipelineTest, BreakerOpensThenHalfOpenProbeClosesIt) {
-  RouterOptions opt;
-  opt.breaker_failures = 2;
-  opt.breaker_cooldown_ms = 5000;
-  StartRouter(opt);
+  StartRouter(testing::BreakerAfter(2, 5000));
   AddWorker("a");
   fake_->Push("a:1", Script{.status = 502});
   fake_->Push("a:1", Script{.status = 502});
@@ -377,10 +367,7 @@ TEST_F(RouterPipelineTest, BreakerOpensThenHalfOpenProbeClosesIt) {
 }
 
 TEST_F(RouterPipelineTest, HalfOpenAdmitsOneProbeAtATime) {
-  RouterOptions opt;
-  opt.breaker_failures = 1;
-  opt.breaker_cooldown_ms = 100;
-  StartRouter(opt);
+  StartRouter(testing::BreakerAfter(1, 100));
   AddWorker("a");
   fake_->Push("a:1", Script{.status = 500});
   fake_->Push("a:1", Script{.pieces = {kCompletion}, .hold_before_head = true});
@@ -633,10 +620,7 @@ TEST_F(RouterPipelineTest, DataParallelRankIsSetPerTarget) {
   EXPECT_EQ(fake_->sent()[1].headers.Get("X-Data-Parallel-Rank"), "1");
   EXPECT_EQ(fake_->sent()[0].body, kChat);
   router_->RemoveWorker("a:1");
-  discovery::WorkerRecord r;
-  r.worker_id = "b:1";
-  r.url = "http://b:1";
-  r.model_name = "m";
+  discovery::WorkerRecord r = testing::WorkerRecordOf("b");
   r.engine = "sglang";  // SGLang: the header and the body's data_parallel_rank
   r.dp_rank = 2;
   r.dp_size = 2;
@@ -692,10 +676,7 @@ TEST_F(RouterPipelineTest, ClientDataParallelRankIsDroppedOrReplaced) {
   EXPECT_FALSE(sent.contains("data_parallel_rank")) << sent.dump();
   EXPECT_EQ(sent["messages"][0]["content"], "x");
   router_->RemoveWorker("a:1");
-  discovery::WorkerRecord r;
-  r.worker_id = "b:1";
-  r.url = "http://b:1";
-  r.model_name = "m";
+  discovery::WorkerRecord r = testing::WorkerRecordOf("b");
   r.engine = "sglang";
   r.dp_size = 2;
   router_->AddWorker(r);

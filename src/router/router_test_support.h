@@ -1,6 +1,6 @@
 // In-process router tests' helpers: a test clock, a raw HTTP/1.1 client and the
-// router started on a fake upstream (router_pipeline_test.cc, pd_dispatcher_test.cc,
-// decode_demand_router_test.cc).
+// router started on a fake upstream, worker records (router_pipeline_test.cc,
+// session_routing_test.cc, pd_dispatcher_test.cc, decode_demand_router_test.cc).
 //
 // Thread-safety: TestClock is readable from any thread; TestClient is one thread's.
 #pragma once
@@ -10,10 +10,12 @@
 #include <string>
 
 #include "core/clock.h"
+#include "testing/test_clock.h"
 #include "http/asio.h"
 #include "http/headers.h"
 #include "router/dispatch/fake_upstream.h"
 #include "router/router.h"
+#include "testing/wait_for.h"
 
 namespace infera::testing {
 
@@ -21,14 +23,7 @@ namespace asio = http::asio;
 using tcp = asio::ip::tcp;
 
 // A clock the test moves; readable from the router's loops.
-class TestClock final : public core::Clock {
- public:
-  int64_t NowNs() const override { return now_ns_.load(); }
-  void Advance(int64_t delta_ns) { now_ns_.fetch_add(delta_ns); }
-
- private:
-  std::atomic<int64_t> now_ns_{1'000'000'000};
-};
+using TestClock = SharedManualClock;
 
 struct Answer {
   int status = 0;
@@ -133,14 +128,29 @@ inline std::unique_ptr<router::Router> StartTestRouter(router::RouterOptions opt
   return router;
 }
 
-// The record of a worker "<host>:1" serving model "m" in `mode`, speaking `protocol`;
-// a prefill worker gets its bootstrap fields (<host>:8998, engine id "engine-<host>").
-inline discovery::WorkerRecord PdWorkerRecord(const std::string& host, discovery::DisaggMode mode,
-                                              discovery::PdProtocol protocol) {
+// Router options whose breakers open after `failures` failures in a row and stay open
+// `cooldown_ms` (the rest default).
+inline router::RouterOptions BreakerAfter(uint32_t failures, int64_t cooldown_ms) {
+  router::RouterOptions opt;
+  opt.breaker_failures = failures;
+  opt.breaker_cooldown_ms = cooldown_ms;
+  return opt;
+}
+
+// The record of a mixed worker "<host>:1" at http://<host>:1 serving model "m".
+inline discovery::WorkerRecord WorkerRecordOf(const std::string& host) {
   discovery::WorkerRecord r;
   r.worker_id = host + ":1";
   r.url = "http://" + host + ":1";
   r.model_name = "m";
+  return r;
+}
+
+// The record of a worker "<host>:1" serving model "m" in `mode`, speaking `protocol`;
+// a prefill worker gets its bootstrap fields (<host>:8998, engine id "engine-<host>").
+inline discovery::WorkerRecord PdWorkerRecord(const std::string& host, discovery::DisaggMode mode,
+                                              discovery::PdProtocol protocol) {
+  discovery::WorkerRecord r = WorkerRecordOf(host);
   r.disagg_mode = mode;
   r.pd_protocol = protocol;
   r.disagg_protocol = std::string(discovery::PdProtocolName(protocol));
@@ -154,3 +164,11 @@ inline discovery::WorkerRecord PdWorkerRecord(const std::string& host, discovery
 }
 
 }  // namespace infera::testing
+
+// The names every in-process router test uses, in the namespace the tests are written in.
+namespace infera::router {
+using testing::Answer;
+using testing::TestClient;
+using testing::TestClock;
+using testing::WaitFor;
+}  // namespace infera::router

@@ -18,10 +18,6 @@ namespace infera::router {
 namespace {
 
 using nlohmann::json;
-using testing::Answer;
-using testing::TestClient;
-using testing::TestClock;
-using testing::WaitFor;
 
 constexpr int64_t kSecond = 1'000'000'000;
 
@@ -31,13 +27,6 @@ std::string Chat(const std::string& field = "", const std::string& session = "",
   json body = {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", text}}}}};
   if (!field.empty()) body[field] = session;
   return body.dump();
-}
-
-RouterOptions OneFailureOpensTheBreaker() {
-  RouterOptions opt;
-  opt.breaker_failures = 1;
-  opt.breaker_cooldown_ms = 60'000;
-  return opt;
 }
 
 class SessionRoutingTest : public ::testing::Test {
@@ -50,10 +39,7 @@ class SessionRoutingTest : public ::testing::Test {
   }
   void AddWorker(const std::string& host,
                  discovery::DisaggMode mode = discovery::DisaggMode::kMixed) {
-    discovery::WorkerRecord r;
-    r.worker_id = host + ":1";
-    r.url = "http://" + host + ":1";
-    r.model_name = "m";
+    discovery::WorkerRecord r = testing::WorkerRecordOf(host);
     r.disagg_mode = mode;
     if (mode != discovery::DisaggMode::kMixed) {
       r.pd_protocol = discovery::PdProtocol::kSglangBootstrap;
@@ -65,6 +51,12 @@ class SessionRoutingTest : public ::testing::Test {
     }
     router_->AddWorker(r);  // unscripted: it answers 200
     hosts_.push_back(r.worker_id);
+  }
+  // Prefill workers p0, p1 and decode workers d0, d1.
+  void StartPdFleet(core::SessionMode mode) {
+    StartRouter(mode);
+    for (const char* h : {"p0", "p1"}) AddWorker(h, discovery::DisaggMode::kPrefill);
+    for (const char* h : {"d0", "d1"}) AddWorker(h, discovery::DisaggMode::kDecode);
   }
   void TearDown() override {
     if (router_) {
@@ -169,7 +161,7 @@ TEST_F(SessionRoutingTest, AWorkerLeavingIsReplacedAndTheNewBindingHolds) {
 }
 
 TEST_F(SessionRoutingTest, AFailingOrBrokenBoundWorkerIsReplaced) {
-  StartRouter(core::SessionMode::kPrefill, OneFailureOpensTheBreaker());
+  StartRouter(core::SessionMode::kPrefill, testing::BreakerAfter(1, 60'000));
   for (const char* h : {"a", "b", "c"}) AddWorker(h);
   // Three sessions, one per worker (round-robin binds them in turn).
   const std::string s1 = Served(Chat("session_id", "s1"));
@@ -195,7 +187,7 @@ TEST_F(SessionRoutingTest, AFailingOrBrokenBoundWorkerIsReplaced) {
 }
 
 TEST_F(SessionRoutingTest, AnOpenBreakerReplacesTheBindingWithoutTryingTheWorker) {
-  StartRouter(core::SessionMode::kPrefill, OneFailureOpensTheBreaker());
+  StartRouter(core::SessionMode::kPrefill, testing::BreakerAfter(1, 60'000));
   AddWorker("a");
   AddWorker("b");
   const std::string s1 = Served(Chat("session_id", "s1"));
@@ -236,9 +228,7 @@ TEST_F(SessionRoutingTest, UnusedSessionsExpireAndAFullTableEvictsTheOldest) {
 }
 
 TEST_F(SessionRoutingTest, PdPrefillModeKeepsThePrefillWorkerAndBalancesDecode) {
-  StartRouter(core::SessionMode::kPrefill);
-  for (const char* h : {"p0", "p1"}) AddWorker(h, discovery::DisaggMode::kPrefill);
-  for (const char* h : {"d0", "d1"}) AddWorker(h, discovery::DisaggMode::kDecode);
+  StartPdFleet(core::SessionMode::kPrefill);
   size_t from = fake_->sent().size();
   std::vector<std::string> decodes;
   for (int i = 0; i < 4; ++i) decodes.push_back(Served(Chat("session_id", "s1")));
@@ -256,9 +246,7 @@ TEST_F(SessionRoutingTest, PdPrefillModeKeepsThePrefillWorkerAndBalancesDecode) 
 }
 
 TEST_F(SessionRoutingTest, PdBothModeKeepsBothAndReplacesOnlyTheLeg) {
-  StartRouter(core::SessionMode::kBoth);
-  for (const char* h : {"p0", "p1"}) AddWorker(h, discovery::DisaggMode::kPrefill);
-  for (const char* h : {"d0", "d1"}) AddWorker(h, discovery::DisaggMode::kDecode);
+  StartPdFleet(core::SessionMode::kBoth);
   auto legs = [&](const std::string& body) {
     const size_t from = fake_->sent().size();
     const std::string decode = Served(body);

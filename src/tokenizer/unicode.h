@@ -41,9 +41,6 @@ inline char32_t DecodeAt(std::string_view text, size_t* pos) {
          (s[i + 3] & 0x3F);
 }
 
-// Byte length of the UTF-8 character starting with lead byte `c`.
-inline size_t CharLength(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
-
 // Byte offset of the start of the last character of non-empty valid UTF-8 `text`.
 size_t LastCharStart(std::string_view text);
 

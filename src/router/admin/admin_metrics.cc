@@ -1,12 +1,12 @@
 // AdminViews' /metrics text (admin_views.h).
-#include "router/admin/admin_views.h"
-
 #include <algorithm>
 #include <array>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
+
+#include "router/admin/admin_views.h"
 
 namespace infera::router {
 
@@ -103,12 +103,9 @@ void AdminViews::RenderDemand(std::string& out, const Fleet& fleet) const {
          std::to_string(planner_.PendingDemandReservations()) + "\n";
 }
 
-std::string AdminViews::MetricsText() const {
-  std::string out;
-  metrics_.Render(out);
-  const std::shared_ptr<const Fleet> fleet = workers_.Snapshot();
+void AdminViews::RenderFleetSize(std::string& out, const Fleet& fleet) const {
   size_t by_mode[3] = {0, 0, 0};
-  for (const auto& w : *fleet) by_mode[static_cast<int>(w->record.disagg_mode) % 3]++;
+  for (const auto& w : fleet) by_mode[static_cast<int>(w->record.disagg_mode) % 3]++;
   RenderHeader(out, "infera_active_workers", "gauge", "Workers known to discovery.");
   for (int m = 0; m < 3; ++m) {
     out += "infera_active_workers{" + MetricLabel("disagg_mode", core::RoleName(core::Role(m))) +
@@ -116,43 +113,47 @@ std::string AdminViews::MetricsText() const {
   }
   // Infera's Rust router's name for the total (rust/router/src/metrics.rs).
   RenderHeader(out, "infera_router_active_workers", "gauge", "Workers known to discovery.");
-  out += "infera_router_active_workers " + std::to_string(fleet->size()) + "\n";
+  out += "infera_router_active_workers " + std::to_string(fleet.size()) + "\n";
   RenderHeader(out, "infera_policy_active_blocks", "gauge",
                "Distinct in-flight prompt blocks per target.");
-  for (const auto& w : *fleet) {
+  for (const auto& w : fleet) {
     const std::vector<size_t> active = planner_.ActiveBlocks(*w);
     for (size_t r = 0; r < w->targets.size(); ++r) {
       out += "infera_policy_active_blocks{" + MetricLabel("worker_id", w->TargetName(r)) + "} " +
              std::to_string(active[r]) + "\n";
     }
   }
-  for (const auto& render : more_metrics_) render(out);
-  if (replica_ != nullptr) {
-    replica_->RenderMetrics(out);
-    std::vector<std::pair<std::string, std::pair<size_t, double>>> rows;
-    for (const auto& w : *fleet) {
-      const std::vector<std::pair<size_t, double>> remote = planner_.RemoteLoadOf(*w);
-      for (size_t r = 0; r < w->targets.size(); ++r) {
-        rows.emplace_back(MetricLabel("worker_id", w->TargetName(r)), remote[r]);
-      }
-    }
-    RenderHeader(out, "infera_policy_remote_active_blocks", "gauge",
-                 "In-flight prompt blocks other router replicas hold per target.");
-    for (const auto& [label, l] : rows) {
-      out += "infera_policy_remote_active_blocks{" + label + "} " + std::to_string(l.first) + "\n";
-    }
-    RenderHeader(out, "infera_policy_remote_pending_prefill_blocks", "gauge",
-                 "Prefill blocks other router replicas still have pending per target.");
-    for (const auto& [label, l] : rows) {
-      char buf[32];
-      std::snprintf(buf, sizeof(buf), "%.6g", l.second);
-      out += "infera_policy_remote_pending_prefill_blocks{" + label + "} " + buf + "\n";
+}
+
+// --router-replica-sync: its own families and the other replicas' load per target.
+void AdminViews::RenderRemoteLoad(std::string& out, const Fleet& fleet) const {
+  replica_->RenderMetrics(out);
+  std::vector<std::pair<std::string, std::pair<size_t, double>>> rows;
+  for (const auto& w : fleet) {
+    const std::vector<std::pair<size_t, double>> remote = planner_.RemoteLoadOf(*w);
+    for (size_t r = 0; r < w->targets.size(); ++r) {
+      rows.emplace_back(MetricLabel("worker_id", w->TargetName(r)), remote[r]);
     }
   }
+  RenderHeader(out, "infera_policy_remote_active_blocks", "gauge",
+               "In-flight prompt blocks other router replicas hold per target.");
+  for (const auto& [label, l] : rows) {
+    out += "infera_policy_remote_active_blocks{" + label + "} " + std::to_string(l.first) + "\n";
+  }
+  RenderHeader(out, "infera_policy_remote_pending_prefill_blocks", "gauge",
+               "Prefill blocks other router replicas still have pending per target.");
+  for (const auto& [label, l] : rows) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.6g", l.second);
+    out += "infera_policy_remote_pending_prefill_blocks{" + label + "} " + buf + "\n";
+  }
+}
+
+void AdminViews::RenderCacheViews(std::string& out, const Fleet& fleet) const {
   RenderHeader(out, "infera_policy_cache_view_size", "gauge",
                "Blocks the router believes each target caches.");
   index_.WithIndex([&](const core::KvIndex& index) {
-    for (const auto& w : *fleet) {
+    for (const auto& w : fleet) {
       for (size_t r = 0; r < w->targets.size(); ++r) {
         const core::TargetKey key = w->KeyOf(r);
         auto id = index.FindTarget(key);
@@ -162,23 +163,26 @@ std::string AdminViews::MetricsText() const {
     }
     return 0;
   });
-  RenderIndexBound(out, *fleet);
+  RenderIndexBound(out, fleet);
+}
+
+void AdminViews::RenderWorkerHealth(std::string& out, const Fleet& fleet) const {
   RenderHeader(out, "infera_router_worker_breaker_state", "gauge",
                "Circuit breaker per worker: 0 closed, 1 open, 2 half-open.");
-  for (const auto& w : *fleet) {
+  for (const auto& w : fleet) {
     out += "infera_router_worker_breaker_state{" + MetricLabel("worker_id", w->record.worker_id) +
            "} " + std::to_string(static_cast<int>(w->health.state())) + "\n";
   }
   RenderHeader(out, "infera_router_worker_healthy", "gauge",
                "1 while the worker passes its active health checks, 0 while it is out of "
                "picks for failing them.");
-  for (const auto& w : *fleet) {
+  for (const auto& w : fleet) {
     out += "infera_router_worker_healthy{" + MetricLabel("worker_id", w->record.worker_id) + "} " +
            (w->liveness.healthy() ? "1" : "0") + "\n";
   }
   RenderHeader(out, "infera_router_worker_breaker_trips_total", "counter",
                "Times the worker's circuit breaker opened.");
-  for (const auto& w : *fleet) {
+  for (const auto& w : fleet) {
     out += "infera_router_worker_breaker_trips_total{" +
            MetricLabel("worker_id", w->record.worker_id) + "} " +
            std::to_string(w->health.trips()) + "\n";
@@ -192,17 +196,14 @@ std::string AdminViews::MetricsText() const {
   RenderHeader(out, "infera_router_render_parity", "gauge",
                "1 while the worker counts as rendering like the router (exact, unsupported or "
                "not checked), 0 while its render parity diverged.");
-  for (const auto& w : *fleet) {
+  for (const auto& w : fleet) {
     const bool exact = CountsAsExact(w->render_parity.load(std::memory_order_relaxed));
     out += "infera_router_render_parity{" + MetricLabel("worker_id", w->record.worker_id) + "} " +
            (exact ? "1" : "0") + "\n";
   }
-  RenderPredictions(out, *fleet);
-  RenderHeader(out, "infera_router_pending_pick_guards", "gauge",
-               "Picks whose active blocks are not yet released.");
-  out += "infera_router_pending_pick_guards " + std::to_string(planner_.PendingGuards()) + "\n";
-  RenderDemand(out, *fleet);
+}
 
+void AdminViews::RenderEventCounters(std::string& out) const {
   const events::KvEventCounters& c = events_.counters();
   auto counter = [&](const char* name, const char* help, const std::atomic<uint64_t>& v) {
     RenderHeader(out, name, "counter", help);
@@ -235,6 +236,23 @@ std::string AdminViews::MetricsText() const {
     counter("infera_router_approx_blocks_evicted_total",
             "Approximate mode: predictions dropped by --approx-max-blocks.", a->evicted);
   }
+}
+
+std::string AdminViews::MetricsText() const {
+  std::string out;
+  metrics_.Render(out);
+  const std::shared_ptr<const Fleet> fleet = workers_.Snapshot();
+  RenderFleetSize(out, *fleet);
+  for (const auto& render : more_metrics_) render(out);
+  if (replica_ != nullptr) RenderRemoteLoad(out, *fleet);
+  RenderCacheViews(out, *fleet);
+  RenderWorkerHealth(out, *fleet);
+  RenderPredictions(out, *fleet);
+  RenderHeader(out, "infera_router_pending_pick_guards", "gauge",
+               "Picks whose active blocks are not yet released.");
+  out += "infera_router_pending_pick_guards " + std::to_string(planner_.PendingGuards()) + "\n";
+  RenderDemand(out, *fleet);
+  RenderEventCounters(out);
   return out;
 }
 

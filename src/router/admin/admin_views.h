@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
@@ -33,11 +34,11 @@
 #include "absl/synchronization/mutex.h"
 #include "events/kv_event_source.h"
 #include "events/shared_kv_index.h"
+#include "router/metrics/router_metrics.h"
 #include "router/plan/pick_planner.h"
 #include "router/plan/readiness.h"
-#include "router/sync/replica_sync.h"
-#include "router/metrics/router_metrics.h"
 #include "router/plan/worker_set.h"
+#include "router/sync/replica_sync.h"
 
 namespace infera::router {
 
@@ -84,6 +85,21 @@ class AdminViews {
   std::string FleetJson() const;
 
  private:
+  // /v1/admin/fleet's targets, one object per target of `fleet`, and their sums.
+  struct FleetTargets {
+    nlohmann::json targets;
+    size_t cached_blocks = 0, active_blocks = 0, inflight_requests = 0;
+    double pending_prefill_blocks = 0;
+  };
+  FleetTargets TargetsJson(const Fleet& fleet, int64_t now_ns) const;
+  // The KV-event counters and the time since the message count last moved.
+  nlohmann::json EventsJson(int64_t now_ns) const;
+  // The /metrics families of MetricsText, by subject.
+  void RenderFleetSize(std::string& out, const Fleet& fleet) const;
+  void RenderRemoteLoad(std::string& out, const Fleet& fleet) const;
+  void RenderCacheViews(std::string& out, const Fleet& fleet) const;
+  void RenderWorkerHealth(std::string& out, const Fleet& fleet) const;
+  void RenderEventCounters(std::string& out) const;
   // The infera_router_prediction_* families, one series per target.
   void RenderPredictions(std::string& out, const Fleet& fleet) const;
   // infera_router_decode_demand_{tokens,requests}{target} of every decode target (the

@@ -18,11 +18,12 @@
 #include <string>
 
 #include "http/server.h"
+#include "router/dispatch/sse_framer.h"
+#include "router/dispatch/upstream.h"
+#include "router/dispatch/usage_probe.h"
 #include "router/plan/pick_guards.h"
 #include "router/request/request_context.h"
 #include "router/request/response_transform.h"
-#include "router/dispatch/upstream.h"
-#include "router/dispatch/usage_probe.h"
 
 namespace infera::router {
 
@@ -41,14 +42,18 @@ class Relay {
                                    http::ResponseWriter& w, RelayFeedback* feedback = nullptr);
 
  private:
-  static http::Awaitable<void> Whole(RequestContext& ctx, UpstreamResponse& response,
-                                     const std::string& worker_id, ResponseTransform* transform,
-                                     http::Headers out, http::ResponseWriter& w,
-                                     RelayFeedback* feedback);
-  static http::Awaitable<void> Stream(RequestContext& ctx, UpstreamResponse& response,
-                                      const std::string& worker_id, ResponseTransform* transform,
-                                      http::Headers out, http::ResponseWriter& w,
-                                      RelayFeedback* feedback);
+  struct Exchange;  // one answer being relayed (relay.cc)
+  // A non-SSE answer (or a status other than 200): read whole, sent with Content-Length;
+  // one over kSendWholeBytes (untranslated) is relayed chunked.
+  static http::Awaitable<void> Whole(Exchange& x, http::Headers out);
+  // The rest of a large answer whose first `head` bytes were read, chunked as it arrives.
+  static http::Awaitable<void> Chunked(Exchange& x, std::string head, http::Headers out);
+  // An SSE 200: whole events as they arrive.
+  static http::Awaitable<void> Stream(Exchange& x, http::Headers out);
+  // A stream that failed after its head: logs `detail`, counts the outcome, and
+  // returns the in-band error event with `client_message`.
+  static std::string StreamFailure(Exchange& x, const SseFramer& framer,
+                                   const std::string& client_message, const std::string& detail);
 };
 
 }  // namespace infera::router

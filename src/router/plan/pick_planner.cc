@@ -29,10 +29,7 @@ PickPlanner::PickPlanner(const core::PolicyConfig& policy, const events::SharedK
     mu_.AssertHeld();
     return demand_.Choose(decode, original, [this](core::TargetId t) {
       mu_.AssertHeld();
-      for (size_t i = 0; i < pd_candidates_.size(); ++i) {
-        if (pd_candidates_[i].target == t) return owners_[i];
-      }
-      return static_cast<const FleetWorker*>(nullptr);
+      return OwnerOf(t);
     });
   });
 }
@@ -71,6 +68,84 @@ bool PickPlanner::Admits(const FleetWorker& wk, const RequestContext& ctx, PlanH
   return wk.health.WouldAllow(now_ns);
 }
 
+void PickPlanner::GatherCandidates(RequestContext& ctx, const Fleet& fleet, PlanHistory& history,
+                                   int64_t now_ns, bool mixed_only) {
+  const bool adapter = ResolveAdapter(fleet, ctx);
+  candidates_.clear();
+  pd_candidates_.clear();
+  owners_.clear();
+  untrusted_.clear();
+  for (const auto& wk : fleet) {
+    if (!Admits(*wk, ctx, history, now_ns, mixed_only, adapter)) continue;
+    const auto mode = static_cast<core::Role>(static_cast<uint8_t>(wk->record.disagg_mode));
+    const bool untrusted = wk->renders_differently.load(std::memory_order_relaxed);
+    for (core::TargetId t : wk->targets) {
+      candidates_.push_back(t);
+      if (!mixed_only) pd_candidates_.push_back({t, mode, wk->record.disagg_protocol});
+      owners_.push_back(wk.get());
+      if (untrusted) untrusted_.push_back(t);
+    }
+  }
+}
+
+core::RoutingInput PickPlanner::InputOf(const RequestContext& ctx, int64_t now_ns) {
+  core::RoutingInput input;
+  input.request_id = ctx.request_id;
+  if (ctx.tokens) input.tokens = std::span<const core::TokenId>(*ctx.tokens);
+  input.keys = ctx.hash_keys;
+  input.estimated_tokens = ctx.api.estimated_tokens;
+  input.image_keys = ctx.api.image_keys;
+  input.overlap_untrusted = untrusted_;
+  input.overlap_weight_factor = RetentionWeightFactor(ctx.api.cache_retention);
+  if (approx_) approx_->Expire(now_ns);
+  return input;
+}
+
+const FleetWorker* PickPlanner::OwnerOf(core::TargetId target) const {
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    if (candidates_[i] == target) return owners_[i];
+  }
+  return nullptr;
+}
+
+const FleetWorker* PickPlanner::Claim(core::PickResult& pick, core::Role role, int64_t now_ns) {
+  const FleetWorker* owner = OwnerOf(pick.picked);
+  owner->health.Allow(now_ns);
+  pick.picked_name = owner->TargetName(owner->RankIndex(pick.picked));
+  const std::string_view session = sessions_.Bind(role, pick.picked);
+  if (spdlog::should_log(spdlog::level::info)) {
+    spdlog::info("{}{}", core::FormatPickLog(pick), session);
+  }
+  return owner;
+}
+
+void PickPlanner::AddLeg(PickPlan& plan, const Fleet& fleet, const FleetWorker& owner,
+                         const core::PickResult& pick, std::optional<uint64_t> predicted,
+                         const RequestContext& ctx) {
+  // The owner is alive: `fleet` holds it.
+  for (const auto& wk : fleet) {
+    if (wk.get() == &owner) {
+      plan.legs.push_back({pick.role, wk, pick.picked, wk->DpRankOf(pick.picked), predicted});
+      break;
+    }
+  }
+  const size_t role = static_cast<size_t>(pick.role) % 3;
+  owner.picks[role][owner.RankIndex(pick.picked)]->fetch_add(1, std::memory_order_relaxed);
+  metrics_.ObservePick(pick.role, pick.cache_hits, pick.request_blocks);
+  if (pick.policy == core::Policy::kKvAware) {
+    metrics_.cache_control().CountPick(ctx.api.cache_retention, !ctx.api.image_keys.empty());
+  }
+}
+
+void PickPlanner::Finish(const RequestContext& ctx, int64_t pick_start_ns, bool first) {
+  if (first) {
+    const int64_t now_ns = clock_.NowNs();
+    metrics_.ObserveStages(ctx.parse_s, ctx.tokenize_s, (now_ns - pick_start_ns) * 1e-9,
+                           (now_ns - ctx.start_ns) * 1e-9);
+  }
+  if (on_plan_) on_plan_();
+}
+
 absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet& fleet,
                                                 PlanHistory& history) {
   const int64_t pick_start_ns = clock_.NowNs();
@@ -79,38 +154,18 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
   core::PickResult pick;
   std::optional<uint64_t> predicted;
   const FleetWorker* owner = nullptr;
-  const bool adapter = ResolveAdapter(fleet, ctx);
   {
     absl::MutexLock lock(&mu_);
-    candidates_.clear();
-    owners_.clear();
-    untrusted_.clear();
-    for (const auto& wk : fleet) {
-      if (!Admits(*wk, ctx, history, pick_start_ns, /*mixed_only=*/true, adapter)) continue;
-      const bool untrusted = wk->renders_differently.load(std::memory_order_relaxed);
-      for (core::TargetId t : wk->targets) {
-        candidates_.push_back(t);
-        owners_.push_back(wk.get());
-        if (untrusted) untrusted_.push_back(t);
-      }
-    }
+    GatherCandidates(ctx, fleet, history, pick_start_ns, /*mixed_only=*/true);
     if (candidates_.empty()) return absl::NotFoundError("");
     sessions_.Begin(ctx, pick_start_ns);
     if (std::optional<size_t> at = sessions_.Find(core::Role::kMixed, candidates_)) {
       candidates_.assign(1, candidates_[*at]);
       owners_.assign(1, owners_[*at]);
     }
-    core::RoutingInput input;
+    core::RoutingInput input = InputOf(ctx, pick_start_ns);
     input.role = core::Role::kMixed;
-    input.request_id = ctx.request_id;
-    if (ctx.tokens) input.tokens = std::span<const core::TokenId>(*ctx.tokens);
-    input.keys = ctx.hash_keys;
-    input.estimated_tokens = ctx.api.estimated_tokens;
-    input.image_keys = ctx.api.image_keys;
-    input.overlap_untrusted = untrusted_;
-    input.overlap_weight_factor = RetentionWeightFactor(ctx.api.cache_retention);
     size_t block_size = 0;
-    if (approx_) approx_->Expire(pick_start_ns);
     // The lambda runs here, under mu_ (WithIndex calls it before returning): the
     // analysis cannot follow a lock into a callback, so it is told not to look.
     auto picked = index_.WithIndex([&](const core::KvIndex& index) ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -126,44 +181,18 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
         block_size > 0) {
       predicted = core::PredictedHitTokens(pick.cache_hits, ctx.tokens->size(), block_size);
     }
-    const size_t idx = static_cast<size_t>(
-        std::find(candidates_.begin(), candidates_.end(), pick.picked) - candidates_.begin());
-    owner = owners_[idx];
-    owner->health.Allow(pick_start_ns);
-    pick.picked_name = owner->TargetName(owner->RankIndex(pick.picked));
+    owner = Claim(pick, pick.role, pick_start_ns);
     if (approx_ && pick.policy == core::Policy::kKvAware && input.tokens) {
       approx_->Record(pick.picked, *input.tokens, input.keys, pick_start_ns);
-    }
-    const std::string_view session = sessions_.Bind(pick.role, pick.picked);
-    if (spdlog::should_log(spdlog::level::info)) {
-      spdlog::info("{}{}", core::FormatPickLog(pick), session);
     }
     plan.guards = PickGuards(&mu_);
     plan.guards.AddActive(std::move(pick.guard));
   }
-  // The owner is alive: `fleet` holds it.
-  for (const auto& wk : fleet) {
-    if (wk.get() == owner) {
-      plan.legs.push_back(
-          {core::Role::kMixed, wk, pick.picked, wk->DpRankOf(pick.picked), predicted});
-      break;
-    }
-  }
+  AddLeg(plan, fleet, *owner, pick, predicted, ctx);
   history.tried.push_back(owner->record.worker_id);
   ++history.plans;
-  const size_t role = static_cast<size_t>(pick.role) % 3;
-  owner->picks[role][owner->RankIndex(pick.picked)]->fetch_add(1, std::memory_order_relaxed);
-  metrics_.ObservePick(pick.role, pick.cache_hits, pick.request_blocks);
-  if (pick.policy == core::Policy::kKvAware) {
-    metrics_.cache_control().CountPick(ctx.api.cache_retention, !ctx.api.image_keys.empty());
-  }
   Receipt(ctx, pick_start_ns, pick.policy, {LegReceiptOf(pick)});
-  if (first) {
-    const int64_t now_ns = clock_.NowNs();
-    metrics_.ObserveStages(ctx.parse_s, ctx.tokenize_s, (now_ns - pick_start_ns) * 1e-9,
-                           (now_ns - ctx.start_ns) * 1e-9);
-  }
-  if (on_plan_) on_plan_();
+  Finish(ctx, pick_start_ns, first);
   return plan;
 }
 

@@ -43,13 +43,13 @@
 #include "core/selector.h"
 #include "events/kv_event_source.h"
 #include "events/shared_kv_index.h"
+#include "router/admin/fleet_history.h"
 #include "router/plan/approx_recorder.h"
 #include "router/plan/decode_demand_routing.h"
 #include "router/plan/fleet.h"
-#include "router/admin/fleet_history.h"
 #include "router/plan/pick_plan.h"
-#include "router/request/request_context.h"
 #include "router/plan/session_binder.h"
+#include "router/request/request_context.h"
 
 namespace infera::router {
 
@@ -163,6 +163,27 @@ class PickPlanner {
   // Whether some worker of `fleet` lists `model` among its LoRA adapters; sets
   // ctx.hash_keys.adapter accordingly.
   static bool ResolveAdapter(const Fleet& fleet, RequestContext& ctx);
+  // The admitted targets of `fleet` into candidates_ (and, for a PD plan,
+  // pd_candidates_), their owners_ and untrusted_; sets ctx.hash_keys.adapter.
+  void GatherCandidates(RequestContext& ctx, const Fleet& fleet, PlanHistory& history,
+                        int64_t now_ns, bool mixed_only) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The selector's input for `ctx` over the gathered candidates; expires approximate
+  // predictions due at `now_ns`.
+  core::RoutingInput InputOf(const RequestContext& ctx, int64_t now_ns)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker that owns a gathered candidate; null when `target` is none.
+  const FleetWorker* OwnerOf(core::TargetId target) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A picked target: its breaker admits the attempt, the pick is named, bound to the
+  // session (as `role`) and logged. Returns its owner.
+  const FleetWorker* Claim(core::PickResult& pick, core::Role role, int64_t now_ns)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends the leg of `pick` to `plan` and counts the pick (owner's per-rank picks,
+  // metrics). REQUIRES: `fleet` holds `owner`.
+  void AddLeg(PickPlan& plan, const Fleet& fleet, const FleetWorker& owner,
+              const core::PickResult& pick, std::optional<uint64_t> predicted,
+              const RequestContext& ctx);
+  // After a plan: the stage timings (`first`: the request's first plan) and on_plan_.
+  void Finish(const RequestContext& ctx, int64_t pick_start_ns, bool first);
   // One plan's route receipt: to the fleet view's history, and to ctx with --route-receipt.
   void Receipt(RequestContext& ctx, int64_t at_ns, core::Policy policy,
                absl::InlinedVector<RouteLegReceipt, 2> legs) ABSL_LOCKS_EXCLUDED(mu_);

@@ -1,34 +1,14 @@
 #include "router/request/anthropic.h"
 
+#include "router/request/anthropic_json.h"
+
 namespace infera::router {
 namespace {
 
+using anthropic_json::Count;
+using anthropic_json::MapStopReason;
+using anthropic_json::Str;
 using nlohmann::json;
-
-// obj[key] when obj is an object and the value a string, else `def`: the request was
-// type-checked (ParseApiRequest) but upstream responses were not, and a value of
-// another type must not throw out of the handler.
-std::string Str(const json& obj, const char* key, const char* def) {
-  if (!obj.is_object()) return def;
-  auto it = obj.find(key);
-  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string(def);
-}
-
-// obj[key] when it is a non-negative integer, else `def`.
-uint64_t Count(const json& obj, const char* key, uint64_t def) {
-  if (!obj.is_object()) return def;
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_number_integer()) return def;
-  return it->is_number_unsigned() || it->get<int64_t>() >= 0 ? it->get<uint64_t>() : def;
-}
-
-std::string MapStopReason(const json& finish) {
-  if (!finish.is_string()) return "end_turn";
-  const std::string& f = finish.get_ref<const std::string&>();
-  if (f == "length") return "max_tokens";
-  if (f == "tool_calls" || f == "function_call") return "tool_use";
-  return "end_turn";
-}
 
 std::string TextOf(const json& content) {
   if (content.is_string()) return content.get<std::string>();
@@ -54,14 +34,6 @@ json ImageBlock(const json& block) {
     url = "data:" + Str(src, "media_type", "image/png") + ";base64," + Str(src, "data", "");
   }
   return {{"type", "image_url"}, {"image_url", {{"url", url}}}};
-}
-
-void AppendEvent(std::string& out, const char* name, const json& data) {
-  out += "event: ";
-  out += name;
-  out += "\ndata: ";
-  out += data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  out += "\n\n";
 }
 
 }  // namespace
@@ -206,126 +178,6 @@ std::string AnthropicErrorBody(int status, std::string_view message) {
   json j = {{"type", "error"},
             {"error", {{"type", AnthropicErrorType(status)}, {"message", message}}}};
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-void AnthropicStreamTranslator::Start(std::string& out) {
-  if (started_) return;
-  started_ = true;
-  AppendEvent(out, "message_start",
-              {{"type", "message_start"},
-               {"message",
-                {{"id", "msg_" + request_id_},
-                 {"type", "message"},
-                 {"role", "assistant"},
-                 {"model", model_},
-                 {"content", json::array()},
-                 {"stop_reason", nullptr},
-                 {"stop_sequence", nullptr},
-                 {"usage", {{"input_tokens", input_tokens_}, {"output_tokens", 0}}}}}});
-}
-
-void AnthropicStreamTranslator::CloseBlock(std::string& out) {
-  if (!block_open_) return;
-  AppendEvent(out, "content_block_stop", {{"type", "content_block_stop"}, {"index", block_index_}});
-  block_open_ = false;
-}
-
-void AnthropicStreamTranslator::HandleChunk(const json& chunk, std::string& out) {
-  if (!chunk.is_object()) return;
-  if (chunk.contains("usage") && chunk["usage"].is_object()) {
-    input_tokens_ = Count(chunk["usage"], "prompt_tokens", input_tokens_);
-    output_tokens_ = Count(chunk["usage"], "completion_tokens", output_tokens_);
-  }
-  Start(out);
-  if (!chunk.contains("choices") || !chunk["choices"].is_array()) return;
-  for (const auto& choice : chunk["choices"]) {
-    if (!choice.is_object()) continue;
-    const json delta = choice.value("delta", json::object());
-    if (delta.is_object() && delta.contains("content") && delta["content"].is_string() &&
-        !delta["content"].get_ref<const std::string&>().empty()) {
-      if (block_open_ && block_is_tool_) CloseBlock(out);
-      if (!block_open_) {
-        ++block_index_;
-        block_open_ = true;
-        block_is_tool_ = false;
-        AppendEvent(out, "content_block_start",
-                    {{"type", "content_block_start"},
-                     {"index", block_index_},
-                     {"content_block", {{"type", "text"}, {"text", ""}}}});
-      }
-      AppendEvent(out, "content_block_delta",
-                  {{"type", "content_block_delta"},
-                   {"index", block_index_},
-                   {"delta", {{"type", "text_delta"}, {"text", delta["content"]}}}});
-    }
-    if (delta.is_object() && delta.contains("tool_calls") && delta["tool_calls"].is_array()) {
-      for (const auto& tc : delta["tool_calls"]) {
-        if (!tc.is_object()) continue;
-        const json fn = tc.value("function", json::object());
-        if (tc.contains("id") && tc["id"].is_string()) {
-          CloseBlock(out);
-          ++block_index_;
-          block_open_ = true;
-          block_is_tool_ = true;
-          AppendEvent(out, "content_block_start",
-                      {{"type", "content_block_start"},
-                       {"index", block_index_},
-                       {"content_block",
-                        {{"type", "tool_use"},
-                         {"id", tc["id"]},
-                         {"name", Str(fn, "name", "")},
-                         {"input", json::object()}}}});
-        }
-        if (block_open_ && block_is_tool_ && fn.is_object() && fn.contains("arguments") &&
-            fn["arguments"].is_string()) {
-          AppendEvent(
-              out, "content_block_delta",
-              {{"type", "content_block_delta"},
-               {"index", block_index_},
-               {"delta", {{"type", "input_json_delta"}, {"partial_json", fn["arguments"]}}}});
-        }
-      }
-    }
-    if (choice.contains("finish_reason") && !choice["finish_reason"].is_null()) {
-      stop_reason_ = MapStopReason(choice["finish_reason"]);
-    }
-  }
-}
-
-std::string AnthropicStreamTranslator::Feed(std::string_view upstream_bytes) {
-  std::string out;
-  for (const std::string& data : parser_.Feed(upstream_bytes)) {
-    if (data == "[DONE]") continue;
-    json chunk = json::parse(data, nullptr, false);
-    if (chunk.is_discarded()) continue;
-    if (chunk.contains("error")) {
-      Start(out);
-      json err = {{"type", "error"},
-                  {"error",
-                   {{"type", "api_error"},
-                    {"message", chunk["error"].is_object()
-                                    ? Str(chunk["error"], "message", "upstream error")
-                                    : chunk["error"].dump()}}}};
-      AppendEvent(out, "error", err);
-      continue;
-    }
-    HandleChunk(chunk, out);
-  }
-  return out;
-}
-
-std::string AnthropicStreamTranslator::Finish() {
-  std::string out;
-  if (stopped_) return out;
-  Start(out);
-  CloseBlock(out);
-  AppendEvent(out, "message_delta",
-              {{"type", "message_delta"},
-               {"delta", {{"stop_reason", stop_reason_}, {"stop_sequence", nullptr}}},
-               {"usage", {{"input_tokens", input_tokens_}, {"output_tokens", output_tokens_}}}});
-  AppendEvent(out, "message_stop", {{"type", "message_stop"}});
-  stopped_ = true;
-  return out;
 }
 
 }  // namespace infera::router

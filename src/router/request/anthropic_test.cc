@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "router/request/anthropic_stream.h"
+
 namespace infera::router {
 namespace {
 

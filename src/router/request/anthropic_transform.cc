@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "router/request/anthropic.h"
 #include "router/request/api_errors.h"
 
 namespace infera::router {

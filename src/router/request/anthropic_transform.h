@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "router/request/anthropic.h"
+#include "router/request/anthropic_stream.h"
 #include "router/request/response_transform.h"
 
 namespace infera::router {

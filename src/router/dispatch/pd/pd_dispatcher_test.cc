@@ -19,10 +19,6 @@ namespace infera::router {
 namespace {
 
 using nlohmann::json;
-using testing::Answer;
-using testing::TestClient;
-using testing::TestClock;
-using testing::WaitFor;
 
 const char kOk[] = R"({"choices":[{"index":0,"text":"ok"}]})";
 const std::vector<std::string> kTargets = {"p:1", "p2:1", "d:1", "d2:1", "m:1"};
@@ -54,6 +50,11 @@ class PdDispatcherTest : public ::testing::Test {
     AddWorker("p", discovery::DisaggMode::kPrefill, protocol);
     AddWorker("d", discovery::DisaggMode::kDecode, protocol);
   }
+  // The router with defaults and one prefill/decode pair (p, d) speaking `protocol`.
+  void StartPair(discovery::PdProtocol protocol) {
+    StartRouter();
+    AddPair(protocol);
+  }
   void TearDown() override {
     if (router_) {
       EXPECT_TRUE(WaitFor([&] { return router_->PendingGuards() == 0; }));
@@ -83,8 +84,7 @@ class PdDispatcherTest : public ::testing::Test {
 };
 
 TEST_F(PdDispatcherTest, SglangSendsBothLegsAtOnceWithOneBootstrapRoom) {
-  StartRouter();
-  AddPair(discovery::PdProtocol::kSglangBootstrap);
+  StartPair(discovery::PdProtocol::kSglangBootstrap);
   fake_->Push("p:1", Script{.pieces = {kOk}, .hold = true});
   fake_->Push("d:1", Script{.content_type = "text/event-stream",
                             .pieces = {SseText("Hel"), "data: [DONE]\n\n"},
@@ -127,10 +127,7 @@ TEST_F(PdDispatcherTest, SglangSendsBothLegsAtOnceWithOneBootstrapRoom) {
 
 TEST_F(PdDispatcherTest, SglangRoomsDifferPerRequestAndFollowThePrefillDpRank) {
   StartRouter();
-  discovery::WorkerRecord r;
-  r.worker_id = "p:1";
-  r.url = "http://p:1";
-  r.model_name = "m";
+  discovery::WorkerRecord r = testing::WorkerRecordOf("p");
   r.disagg_mode = discovery::DisaggMode::kPrefill;
   r.pd_protocol = discovery::PdProtocol::kSglangBootstrap;
   r.disagg_protocol = "sglang-bootstrap";
@@ -154,8 +151,7 @@ TEST_F(PdDispatcherTest, SglangRoomsDifferPerRequestAndFollowThePrefillDpRank) {
 }
 
 TEST_F(PdDispatcherTest, ConcurrentPrefillHoldsUntilCompletionByDefault) {
-  StartRouter();
-  AddPair(discovery::PdProtocol::kVllmMooncake);
+  StartPair(discovery::PdProtocol::kVllmMooncake);
   fake_->Push("p:1", Script{.pieces = {kOk}});
   fake_->Push("d:1", Script{.pieces = {kOk}, .hold = true});
   TestClient c(router_->port());
@@ -188,8 +184,7 @@ TEST_F(PdDispatcherTest, GuardReleasePrefillFreesThePrefillBlocksWhenItAnswers) 
 }
 
 TEST_F(PdDispatcherTest, NixlIsSerialAndPassesKvTransferParamsVerbatim) {
-  StartRouter();
-  AddPair(discovery::PdProtocol::kVllmNixl);
+  StartPair(discovery::PdProtocol::kVllmNixl);
   const json kv = {{"do_remote_prefill", true},
                    {"do_remote_decode", false},
                    {"remote_block_ids", {1, 2, 3, 4}},
@@ -241,8 +236,7 @@ TEST_F(PdDispatcherTest, NixlIsSerialAndPassesKvTransferParamsVerbatim) {
 }
 
 TEST_F(PdDispatcherTest, MooncakeSendsTransferIdAndMaxTokensMinusOne) {
-  StartRouter();
-  AddPair(discovery::PdProtocol::kVllmMooncake);
+  StartPair(discovery::PdProtocol::kVllmMooncake);
   EXPECT_EQ(
       Call("/v1/completions", Completion(R"(,"max_tokens":8)"), "X-Infera-Request-Id: req-42\r\n")
           .status,
@@ -306,8 +300,7 @@ TEST_F(PdDispatcherTest, MixedWorkersServeAloneWithoutACompletePair) {
 }
 
 TEST_F(PdDispatcherTest, AFailedPrefillFailsOverToAnotherPrefillWorker) {
-  StartRouter();
-  AddPair(discovery::PdProtocol::kVllmNixl);
+  StartPair(discovery::PdProtocol::kVllmNixl);
   AddWorker("p2", discovery::DisaggMode::kPrefill, discovery::PdProtocol::kVllmNixl);
   const json kv = {{"remote_request_id", "from-the-good-one"}};
   fake_->Push("p:1", Script{.status = 503, .pieces = {R"({"error":{"message":"busy"}})"}});
@@ -357,8 +350,7 @@ TEST_F(PdDispatcherTest, APrefillWaitingOnAWorkerThatTurnsUnhealthyFailsOver) {
 }
 
 TEST_F(PdDispatcherTest, EveryPrefillFailingIs502WithThePrefillsMessage) {
-  StartRouter();
-  AddPair(discovery::PdProtocol::kVllmNixl);
+  StartPair(discovery::PdProtocol::kVllmNixl);
   fake_->Push("p:1", Script{.send_error = absl::UnavailableError("connection refused")});
   Answer a = Call("/v1/completions", Completion());
   EXPECT_EQ(a.status, 502);
@@ -369,8 +361,7 @@ TEST_F(PdDispatcherTest, EveryPrefillFailingIs502WithThePrefillsMessage) {
 }
 
 TEST_F(PdDispatcherTest, ANixlPrefillAnswerWithoutKvTransferParamsIs502) {
-  StartRouter();
-  AddPair(discovery::PdProtocol::kVllmNixl);
+  StartPair(discovery::PdProtocol::kVllmNixl);
   fake_->Push("p:1", Script{.pieces = {kOk}});
   Answer a = Call("/v1/completions", Completion());
   EXPECT_EQ(a.status, 502);
@@ -384,8 +375,7 @@ TEST_F(PdDispatcherTest, ANixlPrefillAnswerWithoutKvTransferParamsIs502) {
 }
 
 TEST_F(PdDispatcherTest, AConcurrentPrefillFailureCancelsTheWaitingDecode) {
-  StartRouter();
-  AddPair(discovery::PdProtocol::kSglangBootstrap);
+  StartPair(discovery::PdProtocol::kSglangBootstrap);
   fake_->Push("p:1", Script{.status = 500, .pieces = {R"({"error":{"message":"oom"}})"}});
   fake_->Push("d:1", Script{.hold_before_head = true});
   Answer a = Call("/v1/completions", Completion());
@@ -398,8 +388,7 @@ TEST_F(PdDispatcherTest, AConcurrentPrefillFailureCancelsTheWaitingDecode) {
 }
 
 TEST_F(PdDispatcherTest, APrefill4xxIsTheClientsAnswer) {
-  StartRouter();
-  AddPair(discovery::PdProtocol::kVllmNixl);
+  StartPair(discovery::PdProtocol::kVllmNixl);
   fake_->Push("p:1", Script{.status = 400, .pieces = {R"({"error":{"message":"too long"}})"}});
   Answer a = Call("/v1/completions", Completion());
   EXPECT_EQ(a.status, 400);
@@ -408,8 +397,7 @@ TEST_F(PdDispatcherTest, APrefill4xxIsTheClientsAnswer) {
 }
 
 TEST_F(PdDispatcherTest, DecodeRetriesBeforeItsFirstByteWithoutResendingThePrefill) {
-  StartRouter();
-  AddPair(discovery::PdProtocol::kSglangBootstrap);
+  StartPair(discovery::PdProtocol::kSglangBootstrap);
   fake_->Push("d:1", Script{.status = 503});
   fake_->Push("d:1", Script{.send_error = absl::UnavailableError("connection reset")});
   fake_->Push("d:1", Script{.pieces = {kOk}});
@@ -428,8 +416,7 @@ TEST_F(PdDispatcherTest, DecodeRetriesBeforeItsFirstByteWithoutResendingThePrefi
 }
 
 TEST_F(PdDispatcherTest, ADecodeFailingEveryTryIs502) {
-  StartRouter();
-  AddPair(discovery::PdProtocol::kVllmMooncake);
+  StartPair(discovery::PdProtocol::kVllmMooncake);
   fake_->Push("d:1", Script{.status = 500, .pieces = {R"({"error":{"message":"KV lost"}})"}});
   Answer a = Call("/v1/completions", Completion());
   EXPECT_EQ(a.status, 502);
@@ -440,8 +427,7 @@ TEST_F(PdDispatcherTest, ADecodeFailingEveryTryIs502) {
 }
 
 TEST_F(PdDispatcherTest, ADecodeWorkerFailingBeforeItsFirstByteFailsOverToAnotherPair) {
-  StartRouter();
-  AddPair(discovery::PdProtocol::kVllmMooncake);
+  StartPair(discovery::PdProtocol::kVllmMooncake);
   AddWorker("d2", discovery::DisaggMode::kDecode, discovery::PdProtocol::kVllmMooncake);
   // The first decode pick (d:1 at this seed; d2:1 is unscripted: it answers) is gone.
   for (int i = 0; i < 3; ++i) {
@@ -466,8 +452,7 @@ TEST_F(PdDispatcherTest, ADecodeWorkerFailingBeforeItsFirstByteFailsOverToAnothe
 }
 
 TEST_F(PdDispatcherTest, ADecodeFailureAfterTheFirstByteIsOneSseErrorEvent) {
-  StartRouter();
-  AddPair(discovery::PdProtocol::kVllmNixl);
+  StartPair(discovery::PdProtocol::kVllmNixl);
   fake_->Push("p:1", Script{.pieces = {R"({"kv_transfer_params":{"x":1}})"}});
   fake_->Push("d:1", Script{.content_type = "text/event-stream",
                             .pieces = {SseText("Hel")},
@@ -482,8 +467,7 @@ TEST_F(PdDispatcherTest, ADecodeFailureAfterTheFirstByteIsOneSseErrorEvent) {
 }
 
 TEST_F(PdDispatcherTest, ClientDisconnectCancelsBothLegs) {
-  StartRouter();
-  AddPair(discovery::PdProtocol::kSglangBootstrap);
+  StartPair(discovery::PdProtocol::kSglangBootstrap);
   fake_->Push("p:1", Script{.pieces = {kOk}, .hold = true});
   fake_->Push(
       "d:1", Script{.content_type = "text/event-stream", .pieces = {SseText("Hel")}, .hold = true});
@@ -499,8 +483,7 @@ TEST_F(PdDispatcherTest, ClientDisconnectCancelsBothLegs) {
 }
 
 TEST_F(PdDispatcherTest, ClientDisconnectDuringASerialPrefillCancelsIt) {
-  StartRouter();
-  AddPair(discovery::PdProtocol::kVllmNixl);
+  StartPair(discovery::PdProtocol::kVllmNixl);
   fake_->Push("p:1", Script{.hold_before_head = true});
   {
     TestClient c(router_->port());
