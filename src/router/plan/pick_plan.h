@@ -14,18 +14,11 @@
 
 #include "absl/container/inlined_vector.h"
 #include "core/types.h"
+#include "discovery/disagg_meta.h"
 #include "router/plan/fleet.h"
 #include "router/plan/pick_guards.h"
 
 namespace infera::router {
-
-// How the legs of a plan cooperate (discovery's disagg_protocol for PD pairs).
-enum class PlanProtocol : uint8_t {
-  kMixed,            // one worker does prefill and decode
-  kSglangBootstrap,  // PD: bootstrap_host/port/room in both bodies
-  kVllmNixl,         // PD: kv_transfer_params from the prefill answer
-  kVllmMooncake,     // PD: kv_transfer_params, Mooncake transfer engine
-};
 
 struct PickLeg {
   core::Role role = core::Role::kMixed;
@@ -40,7 +33,9 @@ struct PickLeg {
 
 struct PickPlan {
   absl::InlinedVector<PickLeg, 2> legs;
-  PlanProtocol protocol = PlanProtocol::kMixed;
+  // How the legs cooperate: the pair's disagg_protocol (discovery's one table of PD
+  // protocols, disagg_meta.h); kNone: one worker does prefill and decode.
+  discovery::PdProtocol protocol = discovery::PdProtocol::kNone;
   PickGuards guards;          // the last leg's holds (mixed, or decode)
   PickGuards prefill_guards;  // a disaggregated plan's prefill-leg holds
 };

@@ -7,25 +7,6 @@
 #include "spdlog/spdlog.h"
 
 namespace infera::router {
-namespace {
-
-// The plan's protocol: the decode (main) worker's record says which.
-PlanProtocol ProtocolOf(discovery::PdProtocol protocol) {
-  switch (protocol) {
-    case discovery::PdProtocol::kSglangBootstrap:
-      return PlanProtocol::kSglangBootstrap;
-    case discovery::PdProtocol::kVllmNixl:
-      return PlanProtocol::kVllmNixl;
-    case discovery::PdProtocol::kVllmMooncake:
-      return PlanProtocol::kVllmMooncake;
-    case discovery::PdProtocol::kNone:
-      return PlanProtocol::kMixed;
-  }
-  return PlanProtocol::kMixed;
-}
-
-}  // namespace
-
 absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& fleet,
                                              PlanHistory& history) {
   const int64_t pick_start_ns = clock_.NowNs();
@@ -77,8 +58,9 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
   if (pd.prefill) legs.push_back(LegReceiptOf(*pd.prefill));
   legs.push_back(LegReceiptOf(pd.main));
   Receipt(ctx, pick_start_ns, pd.main.policy, std::move(legs));
-  plan.protocol = pd.kind == core::PdPlanKind::kMixed ? PlanProtocol::kMixed
-                                                      : ProtocolOf(main_owner->record.pd_protocol);
+  // The plan's protocol: the decode (main) worker's record says which.
+  plan.protocol = pd.kind == core::PdPlanKind::kMixed ? discovery::PdProtocol::kNone
+                                                      : main_owner->record.pd_protocol;
   Finish(ctx, pick_start_ns, history.plans++ == 0);
   return plan;
 }

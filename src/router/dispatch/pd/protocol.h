@@ -45,7 +45,7 @@ class PdProtocol {
 const PdProtocol& SglangBootstrapProtocol();
 const PdProtocol& VllmNixlProtocol();
 const PdProtocol& VllmMooncakeProtocol();
-// REQUIRES: protocol != kMixed.
-const PdProtocol& PdProtocolFor(PlanProtocol protocol);
+// REQUIRES: protocol != kNone.
+const PdProtocol& PdProtocolFor(discovery::PdProtocol protocol);
 
 }  // namespace infera::router

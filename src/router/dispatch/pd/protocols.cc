@@ -9,24 +9,25 @@ namespace infera::router {
 namespace {
 
 struct Registration {
-  PlanProtocol protocol;
+  discovery::PdProtocol protocol;
   const PdProtocol& (*leaf)();
 };
 
-// A new protocol: its file (a PdProtocol leaf with its leg bodies) and one line here.
+// A new protocol: its name and parameters in discovery's table (disagg_meta.cc,
+// kPdProtocols), its file here (a PdProtocol leaf with its leg bodies) and one line below.
 constexpr Registration kProtocols[] = {
-    {PlanProtocol::kSglangBootstrap, &SglangBootstrapProtocol},
-    {PlanProtocol::kVllmNixl, &VllmNixlProtocol},
-    {PlanProtocol::kVllmMooncake, &VllmMooncakeProtocol},
+    {discovery::PdProtocol::kSglangBootstrap, &SglangBootstrapProtocol},
+    {discovery::PdProtocol::kVllmNixl, &VllmNixlProtocol},
+    {discovery::PdProtocol::kVllmMooncake, &VllmMooncakeProtocol},
 };
 
 }  // namespace
 
-const PdProtocol& PdProtocolFor(PlanProtocol protocol) {
+const PdProtocol& PdProtocolFor(discovery::PdProtocol protocol) {
   for (const Registration& r : kProtocols) {
     if (r.protocol == protocol) return r.leaf();
   }
-  return SglangBootstrapProtocol();  // kMixed: not a pair (REQUIRES excludes it)
+  return SglangBootstrapProtocol();  // kNone: not a pair (REQUIRES excludes it)
 }
 
 absl::StatusOr<PdGuardRelease> ParsePdGuardRelease(std::string_view name) {
