@@ -13,7 +13,21 @@ void AddressWorker(UpstreamRequest& up, const FleetWorker& worker) {
       worker.record.request_transport == "nats" ? RequestTransport::kNats : RequestTransport::kHttp;
 }
 
-UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg) {
+namespace {
+
+// The router owns the rank: a client's is replaced (SGLang's body rank) or dropped.
+void SetBodyRank(nlohmann::json& j, const PickLeg& leg, bool body_rank) {
+  j.erase("routed_dp_rank");
+  if (body_rank) {
+    j["data_parallel_rank"] = *leg.dp_rank;
+  } else {
+    j.erase("data_parallel_rank");
+  }
+}
+
+}  // namespace
+
+UpstreamRequest LegHead(const RequestContext& ctx, const PickLeg& leg) {
   UpstreamRequest up;
   AddressWorker(up, *leg.worker);
   up.path = ctx.upstream_path;
@@ -27,6 +41,11 @@ UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg) {
   if (leg.dp_rank) up.headers.Add(kDpRankHeader, std::to_string(*leg.dp_rank));
   up.deadline_ns = ctx.deadline_ns;
   up.cancel = ctx.cancel;
+  return up;
+}
+
+UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg) {
+  UpstreamRequest up = LegHead(ctx, leg);
   const bool body_rank = leg.dp_rank && TakesBodyDpRank(leg.worker->record);
   if (!body_rank && !ctx.api.client_dp_rank) {
     up.body = ctx.upstream_body;
@@ -37,15 +56,14 @@ UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg) {
     up.body = ctx.upstream_body;
     return up;
   }
-  // The router owns the rank: a client's is replaced, or dropped.
-  j.erase("routed_dp_rank");
-  if (body_rank) {
-    j["data_parallel_rank"] = *leg.dp_rank;
-  } else {
-    j.erase("data_parallel_rank");
-  }
+  SetBodyRank(j, leg, body_rank);
   up.body = j.dump();
   return up;
+}
+
+void EditLegJson(nlohmann::json& body, const RequestContext& ctx, const PickLeg& leg) {
+  const bool body_rank = leg.dp_rank && TakesBodyDpRank(leg.worker->record);
+  if ((body_rank || ctx.api.client_dp_rank) && body.is_object()) SetBodyRank(body, leg, body_rank);
 }
 
 }  // namespace infera::router

@@ -30,7 +30,17 @@ void AddressWorker(UpstreamRequest& up, const FleetWorker& worker);
 // True when the worker reads the rank from the body's data_parallel_rank (SGLang).
 bool TakesBodyDpRank(const discovery::WorkerRecord& record);
 
-// REQUIRES: leg.worker is set.
+// The leg's request without its body: address, path, headers, deadline, cancellation.
+// For a leg whose body is made elsewhere (a PD protocol's). REQUIRES: leg.worker is set.
+UpstreamRequest LegHead(const RequestContext& ctx, const PickLeg& leg);
+
+// LegHead plus the body: the request's upstream body, parsed and serialised again only
+// when the rank edits apply. REQUIRES: leg.worker is set.
 UpstreamRequest LegRequest(const RequestContext& ctx, const PickLeg& leg);
+
+// The same rank edits on a body already parsed (the PD legs share one parse of the
+// request's upstream body and serialise each leg's body once, after their protocol's
+// edits). A body that is not an object is left as it is.
+void EditLegJson(nlohmann::json& body, const RequestContext& ctx, const PickLeg& leg);
 
 }  // namespace infera::router

@@ -39,7 +39,7 @@ http::Awaitable<LegEnd> LegSender::SendAndRelay(RequestContext& ctx, http::Respo
       worker.health.OnAbandoned();
       co_return LegEnd::kCancelled;
     }
-    UpstreamRequest up = LegRequest(ctx, leg);
+    UpstreamRequest up = o.body != nullptr ? LegHead(ctx, leg) : LegRequest(ctx, leg);
     if (o.body != nullptr) up.body = *o.body;
     // Lives until the answer is relayed: the client's disconnect reaches the leg
     // through it.

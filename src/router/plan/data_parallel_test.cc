@@ -111,6 +111,26 @@ TEST(DataParallelPinning, AClientsRankNeverReachesAWorker) {
   EXPECT_FALSE(one.contains("data_parallel_rank")) << one.dump();
 }
 
+// The PD legs edit one parse of the body (EditLegJson): the same result as LegRequest's
+// parse, edit and serialise, for every kind of leg.
+TEST(DataParallelPinning, EditingTheParsedBodyMatchesLegRequest) {
+  const std::string body =
+      R"({"model":"m","data_parallel_rank":3,"routed_dp_rank":1,"messages":[{"role":"user","content":"x"}]})";
+  for (const std::string& b : {std::string(kChat), body}) {
+    RequestContext ctx = Context(b);
+    for (const PickLeg& leg : {Leg(Worker(0, 2), 1), Leg(Worker(4, 2, "sglang"), 1),
+                               Leg(Worker(0, 1, "sglang"), 0), Leg(Worker(0, 1), 0)}) {
+      json edited = json::parse(b);
+      EditLegJson(edited, ctx, leg);
+      EXPECT_EQ(edited, json::parse(LegRequest(ctx, leg).body)) << b;
+      UpstreamRequest head = LegHead(ctx, leg);
+      EXPECT_TRUE(head.body.empty());
+      EXPECT_EQ(head.headers.Get("X-Data-Parallel-Rank"),
+                LegRequest(ctx, leg).headers.Get("X-Data-Parallel-Rank"));
+    }
+  }
+}
+
 TEST(DataParallelPinning, AClientsRankMustBeARankNumber) {
   EXPECT_TRUE(CheckClientDpRankHeader("").ok());
   EXPECT_TRUE(CheckClientDpRankHeader("0").ok());

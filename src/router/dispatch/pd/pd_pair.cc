@@ -34,9 +34,11 @@ class LegJoin {
   bool done_ = false;
 };
 
-// The request's body as the leg's worker gets it (data_parallel_rank set), as JSON.
-json LegBody(const RequestContext& ctx, const PickLeg& leg) {
-  return json::parse(LegRequest(ctx, leg).body, nullptr, false);
+// The request's body as the leg's worker gets it (data_parallel_rank set), as JSON:
+// `parsed` is the one parse of the request's upstream body both legs share.
+json LegBody(json parsed, const RequestContext& ctx, const PickLeg& leg) {
+  EditLegJson(parsed, ctx, leg);
+  return parsed;
 }
 
 }  // namespace
@@ -89,13 +91,14 @@ http::Awaitable<LegEnd> PdPair::Run(RequestContext& ctx, http::ResponseWriter& w
     pre.worker->health.OnAbandoned();
     dec.worker->health.OnAbandoned();
   };
-  json pre_json = LegBody(ctx, pre);
+  json parsed = json::parse(ctx.upstream_body, nullptr, false);
+  json pre_json = LegBody(parsed, ctx, pre);
   Attempt a{.ctx = ctx,
             .w = w,
             .plan = plan,
             .protocol = protocol,
             .in = in,
-            .dec_json = LegBody(ctx, dec),
+            .dec_json = LegBody(std::move(parsed), ctx, dec),
             .history = history,
             .failure = failure};
   if (!pre_json.is_object() || !a.dec_json.is_object()) {

@@ -48,7 +48,7 @@ http::Awaitable<void> PdPair::RunPrefill(RequestContext& ctx, const PickLeg& leg
                                          PrefillResult& out) {
   const FleetWorker& worker = *leg.worker;
   SendFailures& failures = sender_.failures();
-  UpstreamRequest up = LegRequest(ctx, leg);
+  UpstreamRequest up = LegHead(ctx, leg);
   up.body = std::move(body);
   // The prefill's head comes with its whole answer: only the health checks cut it.
   AttemptWatch watch(co_await asio::this_coro::executor, worker, cancel, 0);
