@@ -70,6 +70,45 @@ absl::Status MapError(const beast::error_code& ec, std::string_view what, bool c
   return absl::UnavailableError(std::string(what) + ": " + ec.message());
 }
 
+// Beast's async_read_header without its composed operations (read_op over
+// read_some_op, each with a work guard and executor copies per suspension, ~2k
+// instructions per response; doc/perf-router.md): buffered bytes are parsed in place,
+// then plain socket reads, with Beast's errors (end_of_stream when the peer closed
+// before any byte, partial_message when it closed mid-head, buffer_overflow).
+Awaitable<void> ReadResponseHead(tcp::socket& socket, beast::flat_buffer& buffer,
+                                 bhttp::response_parser<bhttp::buffer_body>& parser,
+                                 beast::error_code& ec) {
+  ec = {};
+  while (!parser.is_header_done()) {
+    if (buffer.size() > 0) {
+      const size_t used = parser.put(buffer.data(), ec);
+      buffer.consume(used);
+      if (ec && ec != bhttp::error::need_more) co_return;
+      ec = {};
+      if (parser.is_header_done()) break;
+      if (used > 0) continue;
+      if (buffer.size() >= buffer.max_size()) {
+        ec = bhttp::error::buffer_overflow;
+        co_return;
+      }
+    }
+    const size_t n =
+        co_await socket.async_read_some(buffer.prepare(beast::read_size(buffer, 65536)), NoThrow(ec));
+    if (ec == asio::error::eof) {
+      if (parser.got_some()) {
+        ec = {};
+        parser.put_eof(ec);
+        if (!ec && !parser.is_header_done()) ec = bhttp::error::partial_message;
+      } else {
+        ec = bhttp::error::end_of_stream;
+      }
+      co_return;
+    }
+    if (ec) co_return;
+    buffer.commit(n);
+  }
+}
+
 }  // namespace
 
 std::string LocalErrorKind(const absl::Status& status) {
@@ -351,7 +390,7 @@ Awaitable<absl::StatusOr<std::unique_ptr<ClientStream>>> Client::Send(
     // body (RFC 9110 §15.2): skipped, at most kMaxInterimResponses of them. A 101 is
     // final: this client never asks to switch protocols, so it is malformed here.
     for (int interim = 0; !ec; ++interim) {
-      co_await bhttp::async_read_header(c.socket, impl->buffer, *impl->parser, NoThrow(ec));
+      co_await ReadResponseHead(c.socket, impl->buffer, *impl->parser, ec);
       const unsigned code = ec ? 0 : impl->parser->get().result_int();
       if (code < 100 || code > 199) break;
       if (code == 101 || interim + 1 >= kMaxInterimResponses) {
