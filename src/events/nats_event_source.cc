@@ -2,9 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include <chrono>
 
 #include "event_wire/nats_subject.h"
+#include "log/steady_clock.h"
 
 namespace infera::events {
 
@@ -12,6 +12,8 @@ NatsEventSource::NatsEventSource(SharedKvIndex& index, NatsSourceOptions options
     : options_(std::move(options)),
       index_mu_(index.mutex()),
       index_(index.index()),
+      clock_(options_.clock != nullptr ? *options_.clock : log::ProcessSteadyClock()),
+      log_({}, &clock_),
       applier_(index_mu_, index_, counters_, log_) {
   NatsOptions nats = options_.nats;
   // After a reconnect libnats resets the ordered consumer itself (from the stream
@@ -42,7 +44,7 @@ NatsEventSource::~NatsEventSource() {
 }
 
 void NatsEventSource::Run() {
-  const auto start = std::chrono::steady_clock::now();
+  const int64_t start_ns = clock_.NowNs();
   while (true) {
     {
       base::MutexLock lock(run_mu_);
@@ -50,8 +52,7 @@ void NatsEventSource::Run() {
     }
     log_.Flush();  // summaries of suppressed lines whose interval ended
     if (sub_ == nullptr) Subscribe();
-    if (!ready_.load() && std::chrono::steady_clock::now() - start >
-                              std::chrono::milliseconds(options_.ready_timeout_ms)) {
+    if (!ready_.load() && clock_.NowNs() - start_ns > options_.ready_timeout_ms * 1'000'000) {
       spdlog::warn("kv events: JetStream replay not done after {} ms; reporting ready",
                    options_.ready_timeout_ms);
       ready_.store(true);

@@ -52,6 +52,9 @@ struct NatsSourceOptions {
   int64_t ready_timeout_ms = 30'000;
   size_t max_pending_bytes = size_t{64} << 20;  // held for targets not added yet
   int retry_interval_ms = 200;                  // subscribe retries while NATS is unreachable
+  // The ready timeout's and the log limiter's time; nullptr: the process's steady clock
+  // (log/steady_clock.h). The router passes its injected clock.
+  const core::Clock* clock = nullptr;
 };
 
 class NatsEventSource final : public KvEventSource {
@@ -93,6 +96,7 @@ class NatsEventSource final : public KvEventSource {
   KvEventCounters counters_;
   WriterPriorityMutex& index_mu_;
   core::KvIndex& index_ ABSL_GUARDED_BY(index_mu_);
+  const core::Clock& clock_;
   log::RateLimitedLog log_;  // per-message lines (restarts, gaps, bad batches)
   StreamApplier applier_;
 

@@ -65,6 +65,7 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
   if (options_.kv_events_nats) {
     events::NatsSourceOptions nats;
     nats.nats.url = options_.nats_server;
+    nats.clock = clock_;
     events_ = std::make_unique<events::NatsEventSource>(index_, std::move(nats));
   } else {
     events_ = std::make_unique<events::KvEventIngestor>(
