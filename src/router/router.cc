@@ -5,6 +5,7 @@
 
 #include "events/kv_event_ingestor.h"
 #include "events/nats_event_source.h"
+#include "log/steady_clock.h"
 #include "router/admin/admin_views.h"
 #include "router/api_front.h"
 #include "router/dispatch/attempt_loop.h"
@@ -18,7 +19,6 @@
 #include "router/request/request_ids.h"
 #include "router/request/tenant_salt.h"
 #include "router/request_pipeline.h"
-#include "router/steady_clock.h"
 #include "router/work_pool.h"
 #include "spdlog/spdlog.h"
 
@@ -53,8 +53,7 @@ std::string HopId(uint64_t salt) {
 }  // namespace
 
 Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(options)) {
-  if (env.clock == nullptr) own_clock_ = std::make_unique<SteadyClock>();
-  clock_ = env.clock != nullptr ? env.clock : own_clock_.get();
+  clock_ = env.clock != nullptr ? env.clock : &log::ProcessSteadyClock();
   options_.policy.random_seed = PolicySeed(options_.random_seed, env.seed);
   if (options_.policy.policy == core::Policy::kRandom) {
     spdlog::info("router: random policy seed {} (--router-random-seed {} repeats it)",

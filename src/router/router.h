@@ -174,7 +174,6 @@ class Router {
   std::optional<core::TargetId> FindTarget(const core::TargetKey& key) const;
 
   RouterOptions options_;
-  std::unique_ptr<core::Clock> own_clock_;
   const core::Clock* clock_;
   std::unique_ptr<http::IoPool> pool_;
   events::SharedKvIndex index_;
