@@ -26,6 +26,11 @@
 
 namespace infera::core {
 
+// The version of the router hash scheme (doc/hashing.md): bump it with any change of
+// how router block hashes are computed (chunking, byte layout, seeds, extra keys), so
+// that a KV snapshot of another scheme is refused (doc/snapshot.md §4.1).
+inline constexpr uint32_t kHashSchemeVersion = 1;
+
 // The block key of a block whose extra keys the router cannot attribute (a salt
 // the events do not show, an adapter known by id only, multimodal identifiers): no
 // request ever hashes with it (KeyDigest and BlockKey are odd for real keys), so

@@ -1987,4 +1987,216 @@ size_t KvIndex::MappedEngineHashCount(TargetId id) const {
   return t ? t->engine_map.size() : 0;
 }
 
+// ---- snapshots (doc/snapshot.md §4.3, §5.1) ----
+
+void TargetView::clear() {
+  max_blocks = 0;
+  evicted_blocks = 0;
+  evicted_since_clear = false;
+  epoch_stored = 0;
+  blocks.clear();
+  engine_hashes.clear();
+}
+
+KvIndex::KvIndex(KvIndex&& other) noexcept = default;
+
+KvIndex& KvIndex::operator=(KvIndex&& other) noexcept {
+  std::swap(impl_, other.impl_);
+  return *this;
+}
+
+void KvIndex::Reserve(size_t rows) {
+  ++impl_->generation;
+  const size_t have = impl_->rows.size();
+  if (rows > have) impl_->ReserveRows(rows - have);
+}
+
+void KvIndex::ReserveTarget(TargetId id, size_t entries) {
+  ++impl_->generation;
+  Impl::Target* t = impl_->Live(id);
+  if (t == nullptr) return;
+  // (A sweep's order names map slots: it finishes before the map may move.)
+  if (impl_->Pending(*t)) impl_->FinishPending(id, *t);
+  const size_t have = t->engine_map.size();
+  if (entries > have) t->engine_map.Reserve(entries - have, nullptr);
+}
+
+void KvIndex::ExportView(TargetId id, TargetView& out) const {
+  out.clear();
+  const Impl& x = *impl_;
+  const Impl::Target* t = x.Live(id);
+  if (t == nullptr) return;
+  out.max_blocks = t->max_blocks;
+  out.evicted_blocks = t->evicted;
+  out.evicted_since_clear = t->evicted_since_clear;
+  out.epoch_stored = t->max_blocks == 0 ? 0 : static_cast<uint32_t>(t->epoch_stored);
+  // The engine-map entries that name a held row (a pending purge may leave others),
+  // by row; and the held rows, sorted (every held row has an entry unless the target
+  // has unmapped blocks: then the whole table is scanned).
+  std::vector<std::pair<uint32_t, uint32_t>> entries;  // (row, map slot)
+  entries.reserve(t->engine_map.size());
+  t->engine_map.ForEach([&](uint32_t e) {
+    const uint32_t row = t->engine_map.slot(e).row();
+    if (x.HoldsRow(id, row)) entries.emplace_back(row, e);
+  });
+  std::sort(entries.begin(), entries.end());
+  std::vector<uint32_t> held;
+  held.reserve(t->block_count);
+  if (t->has_unmapped) {
+    x.rows.ForEach([&](uint32_t r) {
+      if (x.Get(x.rows.slot(r).holders, id) != 0) held.push_back(r);
+    });
+  } else {
+    for (const auto& [row, e] : entries) {
+      if (held.empty() || held.back() != row) held.push_back(row);
+    }
+  }
+  const size_t n = held.size();
+  constexpr uint32_t kNoLocal = UINT32_MAX;
+  // Each held block's parent among the held ones (local index), or kViewParentRoot /
+  // kViewParentUnknown.
+  std::vector<uint32_t> parent_of(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t p = ParentOf(x.rows.slot(held[i]));
+    uint32_t local = kViewParentUnknown;
+    if (p == kRoot) {
+      local = kViewParentRoot;
+    } else if (IsRow(p)) {
+      auto it = std::lower_bound(held.begin(), held.end(), p);
+      if (it != held.end() && *it == p) local = static_cast<uint32_t>(it - held.begin());
+    }
+    parent_of[i] = local;
+  }
+  // Parents first: from each block not yet emitted, up its chain to an emitted block
+  // or the chain's start, then emitted top down. (A cycle, only possible with a hash
+  // collision, is cut: the block met again gets an unknown parent.)
+  std::vector<uint32_t> out_index(n, kNoLocal);
+  std::vector<uint8_t> on_path(n, 0);
+  std::vector<uint32_t> path;
+  out.blocks.reserve(n);
+  out.engine_hashes.reserve(entries.size());
+  // Block i's entries: [entry_begin[i], entry_begin[i + 1]) (both sorted by row).
+  std::vector<uint32_t> entry_begin(n + 1);
+  for (size_t i = 0, k = 0; i <= n; ++i) {
+    while (k < entries.size() && (i == n || entries[k].first < held[i])) ++k;
+    entry_begin[i] = static_cast<uint32_t>(k);
+  }
+  for (size_t start = 0; start < n; ++start) {
+    if (out_index[start] != kNoLocal) continue;
+    path.clear();
+    uint32_t i = static_cast<uint32_t>(start);
+    uint32_t top_parent;
+    for (;;) {
+      path.push_back(i);
+      on_path[i] = 1;
+      const uint32_t p = parent_of[i];
+      if (p == kViewParentRoot || p == kViewParentUnknown) {
+        top_parent = p;
+        break;
+      }
+      if (out_index[p] != kNoLocal) {
+        top_parent = out_index[p];
+        break;
+      }
+      if (on_path[p]) {
+        top_parent = kViewParentUnknown;
+        break;
+      }
+      i = p;
+    }
+    for (size_t k = path.size(); k-- > 0;) {
+      const uint32_t b = path[k];
+      on_path[b] = 0;
+      ViewBlock v;
+      const Row& row = x.rows.slot(held[b]);
+      v.router_hash = row.hash;
+      v.parent = k + 1 == path.size() ? top_parent : out_index[path[k + 1]];
+      v.tiers = static_cast<uint8_t>(HolderTiers(x.Get(row.holders, id)));
+      v.engine_begin = static_cast<uint32_t>(out.engine_hashes.size());
+      uint32_t youngest = kEpochs - 1;
+      for (uint32_t k = entry_begin[b]; k < entry_begin[b + 1] && v.engine_count < 255;
+           ++k, ++v.engine_count) {
+        const EngineEntry& e = t->engine_map.slot(entries[k].second);
+        out.engine_hashes.push_back(e.key());
+        youngest = std::min(youngest, Impl::Age(*t, e.epoch()));
+      }
+      v.recency = t->max_blocks == 0 || v.engine_count == 0 ? 0 : kEpochs - 1 - youngest;
+      out_index[b] = static_cast<uint32_t>(out.blocks.size());
+      out.blocks.push_back(v);
+    }
+  }
+}
+
+RestoreStatus KvIndex::RestoreView(TargetId id, const TargetView& in) {
+  Impl& x = *impl_;
+  Impl::Target* t = x.Live(id);
+  if (t == nullptr) return RestoreStatus::kUnknownTarget;
+  // Structural checks first: nothing is applied to a view that fails them.
+  for (size_t i = 0; i < in.blocks.size(); ++i) {
+    const ViewBlock& b = in.blocks[i];
+    if (b.parent != kViewParentRoot && b.parent != kViewParentUnknown && b.parent >= i) {
+      return RestoreStatus::kCorrupt;
+    }
+    if (b.tiers == 0 || b.tiers > 7) return RestoreStatus::kCorrupt;
+    if (size_t{b.engine_begin} + b.engine_count > in.engine_hashes.size()) {
+      return RestoreStatus::kCorrupt;
+    }
+  }
+  ++x.generation;
+  // (An empty target keeps its reserved map: no clear, which would free it.)
+  if (t->block_count != 0 || t->engine_map.size() != 0 || x.Pending(*t)) x.Clear(id, *t);
+  t->max_blocks = in.max_blocks;
+  t->evicted = in.evicted_blocks;
+  t->evicted_since_clear = in.evicted_since_clear;
+  t->epoch = 0;
+  t->epoch_stored = in.max_blocks == 0 ? 0 : in.epoch_stored;
+  x.ReserveRows(in.blocks.size());
+  t->engine_map.Reserve(in.engine_hashes.size(), nullptr);
+  std::vector<uint32_t> row_of(in.blocks.size());
+  for (size_t i = 0; i < in.blocks.size(); ++i) {
+    const ViewBlock& b = in.blocks[i];
+    const bool linked = b.parent != kViewParentUnknown;
+    const uint32_t parent = b.parent == kViewParentRoot      ? kRoot
+                            : b.parent == kViewParentUnknown ? kUnknownParent
+                                                             : row_of[b.parent];
+    bool fresh = false;
+    uint32_t row = kNoRow;
+    for (uint32_t tier = 0; tier < kTierCount; ++tier) {
+      if (!(b.tiers & (1u << tier))) continue;
+      bool first = false;
+      row = x.AddTier(id, *t, b.router_hash, 1u << tier, linked, parent,
+                      row == kNoRow ? &fresh : &first);
+      if (!fresh) {
+        x.Clear(id, *t);  // the hash came twice
+        x.Refresh(id);
+        return RestoreStatus::kCorrupt;
+      }
+    }
+    row_of[i] = row;
+    if (b.engine_count == 0) t->has_unmapped = true;
+    // Age 31 − recency in epochs (recency 0..31; an unbounded view has one epoch).
+    const uint32_t age = in.max_blocks == 0 ? 0 : kEpochs - 1 - std::min(b.recency, kEpochs - 1);
+    const uint32_t epoch = (t->epoch + kEpochs - age) % kEpochs;
+    for (uint32_t k = 0; k < b.engine_count; ++k) {
+      auto [e, inserted] = t->engine_map.FindOrInsert(in.engine_hashes[b.engine_begin + k]);
+      EngineEntry& entry = t->engine_map.slot(e);
+      if (!inserted) {
+        // An engine hash of an earlier block again (not from an export): it moves
+        // here, the earlier block stays held without a mapping (as ApplyStored does).
+        if (entry.row() != row) t->has_unmapped = true;
+        --t->epoch_entries[entry.epoch()];
+      } else if (k > 0) {
+        t->aliased = true;
+      }
+      entry.set(row, epoch);
+      ++t->epoch_entries[epoch];
+    }
+  }
+  if (!t->closed) t->recheck_in = 4 * t->block_count + 64;
+  x.MaybeEvict(id, *t);
+  if (x.Pending(*t)) x.FinishPending(id, *t);
+  x.Refresh(id);
+  return RestoreStatus::kOk;
+}
+
 }  // namespace infera::core

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -96,12 +97,55 @@ class GrowthPlan {
   std::unique_ptr<Impl> impl_;
 };
 
+// One target's view as plain data (doc/snapshot.md §4.3): what a snapshot stores of
+// it, and what RestoreView rebuilds it from.
+inline constexpr uint32_t kViewParentRoot = 0xFFFFFFFFu;     // the block starts a chain
+inline constexpr uint32_t kViewParentUnknown = 0xFFFFFFFEu;  // held without a known parent
+struct ViewBlock {
+  BlockHash router_hash = 0;
+  // Index of the parent in TargetView::blocks (< this block's own index), or
+  // kViewParentRoot, or kViewParentUnknown (an orphan: its parent is not in the view).
+  uint32_t parent = kViewParentRoot;
+  // Rank in the bound's eviction order, 0 = oldest: 31 − the age in epochs of the
+  // block's youngest engine hash (doc/index.md "Bounded views"); 0 when unbounded.
+  uint32_t recency = 0;
+  uint32_t engine_begin = 0;  // first of its engine hashes in TargetView::engine_hashes
+  uint8_t engine_count = 0;   // 0..255 (0: held without an engine mapping)
+  uint8_t tiers = 0;          // bit t = held on tier t (1..7)
+  friend bool operator==(const ViewBlock&, const ViewBlock&) = default;
+};
+struct TargetView {
+  size_t max_blocks = 0;  // the bound, 0 = unbounded
+  uint64_t evicted_blocks = 0;
+  bool evicted_since_clear = false;
+  // Blocks stored in the bound's current epoch (where the epoch clock stands; 0 for
+  // an unbounded view). Not in snapshot format 1: restored as 0 there, the restored
+  // clock's next tick then comes up to max_blocks / 16 stores later.
+  uint32_t epoch_stored = 0;
+  std::vector<ViewBlock> blocks;  // parents before children
+  std::vector<BlockHash> engine_hashes;
+  void clear();
+};
+enum class RestoreStatus : uint8_t {
+  kOk,
+  // A parent index not below the block's own, an engine range out of bounds, a block
+  // on no tier: nothing was applied. A router hash twice in the view (found while
+  // applying): the target is left cleared.
+  kCorrupt,
+  kUnknownTarget,
+};
+
 class KvIndex {
  public:
   KvIndex();
   ~KvIndex();
   KvIndex(const KvIndex&) = delete;
   KvIndex& operator=(const KvIndex&) = delete;
+  // Moves swap the implementations (a restored staging index replaces the router's,
+  // doc/snapshot.md §6.1): the assigned-from index gets the old contents (freed with
+  // it). A move-constructed-from index may only be destroyed or assigned to.
+  KvIndex(KvIndex&& other) noexcept;
+  KvIndex& operator=(KvIndex&& other) noexcept;
 
   // Adds a target (idempotent: an existing key returns its id; its block size is
   // updated). REQUIRES: block_size > 0.
@@ -226,6 +270,23 @@ class KvIndex {
   bool Holds(TargetId id, BlockHash router_hash, Tier tier) const;
   // The target's router hashes, unordered (debug views and tests).
   std::vector<BlockHash> RouterHashes(TargetId id) const;
+
+  // Snapshots (doc/snapshot.md §5.1). ExportView writes the target's view into `out`
+  // (cleared first), parents before children: every held block with its tiers,
+  // engine hashes, recency and parent, and the bound's state. O(view · log view).
+  // REQUIRES: no writer of this target runs concurrently (a shared lock suffices).
+  void ExportView(TargetId id, TargetView& out) const;
+  // Replaces the target's view (cleared first) by `in`: rows, tiers, parent links,
+  // engine map with each entry's epoch, the bound and its count, the prefix-closed
+  // flag (recomputed: true when every block's parent is in the view). kCorrupt: see
+  // RestoreStatus. A view over its bound is evicted at once.
+  RestoreStatus RestoreView(TargetId id, const TargetView& in);
+  // Sizes the row table so that `rows` distinct hashes in all fit without a rebuild
+  // (a restore that follows moves no row), and the target's engine map likewise for
+  // `entries` engine hashes. The index never shrinks them while the target restores
+  // (a clear or removal may).
+  void Reserve(size_t rows);
+  void ReserveTarget(TargetId id, size_t entries);
 
  private:
   struct Impl;
