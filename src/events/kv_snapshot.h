@@ -184,6 +184,17 @@ class SnapshotWriter {
   uint32_t targets_ = 0;
 };
 
+// The router's snapshot settings (doc/snapshot.md §2).
+struct KvSnapshotOptions {
+  std::string path;  // --kv-snapshot-path; empty: no snapshots
+  int64_t interval_s = 30;  // --kv-snapshot-interval-s; 0: only the final one (SIGTERM)
+  std::string fleet_id;     // --kv-snapshot-fleet, or derived (§4.2)
+  bool fleet_derived = true;
+  int64_t max_age_s = 900;  // --kv-snapshot-max-age-s
+
+  bool enabled() const { return !path.empty(); }
+};
+
 // Start-up load outcomes (metric label `result`, §10).
 enum class LoadResult : uint8_t {
   kAbsent,

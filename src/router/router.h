@@ -30,6 +30,7 @@
 #include "discovery/discovery.h"
 #include "discovery/worker_record.h"
 #include "events/kv_event_source.h"
+#include "events/kv_snapshot.h"
 #include "events/shared_kv_index.h"
 #include "http/io_pool.h"
 #include "http/server.h"
@@ -83,6 +84,7 @@ struct RouterOptions {
   std::optional<size_t> max_index_blocks;
   // --kv-event-transport nats: events from JetStream (doc/nats-transport.md), not ZMQ.
   bool kv_events_nats = false;
+  events::KvSnapshotOptions kv_snapshot;  // --kv-snapshot-* (doc/snapshot.md)
   std::string nats_server = "nats://127.0.0.1:4222";  // --nats-server
   // --ready-after-replay: /ready answers 503 "starting" until the views are first
   // rebuilt at start (Readiness; /health never waits for it).

@@ -34,6 +34,7 @@ constexpr FlagGroup kFlagGroups[] = {
     {"limits", AddLimitFlags},
     {"operation", AddOperationFlags},
     {"admin", AddAdminFlags},
+    {"kv snapshots", AddKvSnapshotFlags},
 };
 
 // --help's footer and doc/router.md "Configuration file" (the config test loads both).

@@ -167,3 +167,41 @@ TEST(RouterConfigTest, EachStepNamesWhatIsWrong) {
 
 }  // namespace
 }  // namespace infera::router::config
+
+namespace infera::router::config {
+namespace {
+
+TEST(RouterConfigTest, KvSnapshotFlags) {
+  auto off = Configure({});
+  ASSERT_TRUE(off->status.ok()) << off->status;
+  const events::KvSnapshotOptions& d = off->flags->options.kv_snapshot;
+  EXPECT_FALSE(d.enabled());
+  EXPECT_EQ(d.interval_s, 30);
+  EXPECT_EQ(d.max_age_s, 900);
+  EXPECT_TRUE(d.fleet_derived);
+  EXPECT_EQ(d.fleet_id.size(), 16u);
+
+  // The derived id names the fleet: same workers in another order, same id.
+  auto a = Configure({"--worker", "http://a:1", "--worker", "http://b:1"});
+  auto b = Configure({"--worker", "http://b:1", "--worker", "http://a:1"});
+  auto other = Configure({"--worker", "http://a:1"});
+  EXPECT_EQ(a->flags->options.kv_snapshot.fleet_id, b->flags->options.kv_snapshot.fleet_id);
+  EXPECT_NE(a->flags->options.kv_snapshot.fleet_id, other->flags->options.kv_snapshot.fleet_id);
+
+  auto set = Configure({"--kv-snapshot-path", "/tmp/kv.snap", "--kv-snapshot-interval-s", "0",
+                        "--kv-snapshot-fleet", "prod-a", "--kv-snapshot-max-age-s", "60"});
+  ASSERT_TRUE(set->status.ok()) << set->status;
+  const events::KvSnapshotOptions& o = set->flags->options.kv_snapshot;
+  EXPECT_TRUE(o.enabled());
+  EXPECT_EQ(o.interval_s, 0);
+  EXPECT_EQ(o.fleet_id, "prod-a");
+  EXPECT_FALSE(o.fleet_derived);
+  EXPECT_EQ(o.max_age_s, 60);
+
+  EXPECT_EQ(ErrorOf({"--kv-snapshot-interval-s", "-1"}), "--kv-snapshot-interval-s must be >= 0");
+  EXPECT_EQ(ErrorOf({"--kv-snapshot-max-age-s", "0"}), "--kv-snapshot-max-age-s must be > 0");
+  EXPECT_EQ(ErrorOf({"--kv-snapshot-fleet", ""}), "--kv-snapshot-fleet must be 1 to 255 bytes");
+}
+
+}  // namespace
+}  // namespace infera::router::config

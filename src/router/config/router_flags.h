@@ -80,6 +80,7 @@ struct RouterFlags {
   CLI::Option* token_flag = nullptr;
   CLI::Option* token_file_flag = nullptr;
   CLI::Option* config_flag = nullptr;
+  CLI::Option* snapshot_fleet_flag = nullptr;
 
   // True when the command line itself (not the --config file) gave `name`.
   bool OnCommandLine(std::string_view name) const;
@@ -110,5 +111,6 @@ void AddInferaAliasFlags(CLI::App& app, RouterFlags& flags);
 void AddLimitFlags(CLI::App& app, RouterFlags& flags);
 void AddOperationFlags(CLI::App& app, RouterFlags& flags);
 void AddAdminFlags(CLI::App& app, RouterFlags& flags);
+void AddKvSnapshotFlags(CLI::App& app, RouterFlags& flags);
 
 }  // namespace infera::router::config

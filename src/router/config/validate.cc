@@ -204,6 +204,7 @@ constexpr ValidationStep kValidationSteps[] = {
     {"--tenant-cache-salt*", ResolveTenantSalt},
     {"--admin-token*, --protect-metrics, INFERA_ADMIN_TOKEN", ResolveAdminToken},
     {"the rest", FinishOptions},
+    {"--kv-snapshot-*", ResolveKvSnapshot},
 };
 
 }  // namespace
