@@ -5,11 +5,14 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
+#include <random>
 #include <stdexcept>
 #include <zmq.hpp>
 
+#include "core/hashing.h"
 #include "event_wire/zmq_frames.h"
 #include "log/steady_clock.h"
 
@@ -45,6 +48,12 @@ struct KvEventIngestor::Conn : StreamState {
   std::unique_ptr<zmq::socket_t> monitor;
   bool disconnected = false;    // a disconnect was seen since the last message
   bool initial_replay = false;  // the replay_on_add replay has not ended yet
+  // Snapshots: the digest of the last applied batch's payload (the epoch check), and
+  // a restored view's verification (doc/snapshot.md §6.2).
+  uint64_t last_payload_xxh3 = 0;
+  bool verifying = false;         // the replay in flight (or waited for) is a verify
+  bool verify_checked = false;    // its first message matched the record
+  bool verify_no_replay = false;  // no replay socket: the first live seq decides
 
   // Replay (ingestion thread only). `held` keeps the live messages that arrived
   // since the gap; the first is the one that revealed it.
@@ -79,6 +88,7 @@ KvEventIngestor::KvEventIngestor(SharedKvIndex& index, IngestorOptions options)
       clock_(options_.clock != nullptr ? *options_.clock : log::ProcessSteadyClock()),
       log_(options_.log_limit, &clock_),
       applier_(index_mu_, index_, counters_, log_, options_.slice_units) {
+  InitSnapshots();
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -91,7 +101,20 @@ KvEventIngestor::KvEventIngestor(IngestorOptions options)
       clock_(options_.clock != nullptr ? *options_.clock : log::ProcessSteadyClock()),
       log_(options_.log_limit, &clock_),
       applier_(index_mu_, index_, counters_, log_, options_.slice_units) {
+  InitSnapshots();
   thread_ = std::thread([this] { Run(); });
+}
+
+void KvEventIngestor::InitSnapshots() {
+  if (options_.restored != nullptr) {
+    base::MutexLock lock(registry_mu_);
+    restored_ = *options_.restored;
+  }
+  if (!options_.snapshot.enabled()) return;
+  auto stats = options_.snapshot_stats;
+  if (stats == nullptr) stats = std::make_shared<KvSnapshotStats>();
+  snapshotter_ = std::make_unique<KvSnapshotter>(options_.snapshot, std::move(stats));
+  instance_ = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
 }
 
 KvEventIngestor::~KvEventIngestor() {
@@ -127,6 +150,10 @@ core::TargetId KvEventIngestor::AddTarget(const IngestTarget& target) {
     WriterLock index_lock(index_mu_);
     conn->id = index_.AddTarget(spec.key, spec.block_size);
     index_.SetMaxBlocks(conn->id, spec.max_blocks);
+    if (auto r = restored_.find(name); r != restored_.end()) {
+      ClaimRestored(*conn, r->second);
+      restored_.erase(r);
+    }
   }
   registry_[name] = conn;
   followed_targets_.store(static_cast<int64_t>(registry_.size()));
@@ -201,7 +228,8 @@ void KvEventIngestor::RunLoop() {
     DrainCommands(conns);
     int64_t timeout_ms = options_.poll_interval_ms;
     const int64_t now_ns = clock_.NowNs();
-    if (active_replays_ > 0) {
+    if (snapshotter_ != nullptr && snapshotter_->InCycle()) timeout_ms = 0;
+    if (active_replays_ + active_verifies_ > 0) {
       for (const auto& c : conns) {
         if (!c->replay) continue;
         // Rounded up: a wake-up before the deadline would find the replay not yet late.
@@ -242,13 +270,14 @@ void KvEventIngestor::RunLoop() {
     }
     round.clear();
     // Replays past their deadline fail; their targets go on from the held messages.
-    if (active_replays_ > 0) {
+    if (active_replays_ + active_verifies_ > 0) {
       const int64_t after_ns = clock_.NowNs();
       for (const auto& c : conns) {
         if (c->replay && after_ns >= c->replay_deadline_ns) FinishReplay(*c, /*ok=*/false);
       }
     }
     StartWaitingReplays();
+    if (snapshotter_ != nullptr && SnapshotStep(conns)) break;  // final snapshot: stop
   }
   for (const auto& c : conns) {
     Unwatch(*c, WatchKind::kSub);
@@ -311,15 +340,15 @@ void KvEventIngestor::DrainCommands(std::vector<std::shared_ptr<Conn>>& conns) {
       WatchSocket(*cmd.conn, WatchKind::kSub);
       conns.push_back(cmd.conn);
       if (cmd.conn->initial_replay) {
-        // Warm start: everything the engine still buffers, before its live stream.
-        cmd.conn->replay_from = 0;
-        if (cmd.conn->sub && active_replays_ < options_.max_concurrent_replays) {
-          StartReplay(*cmd.conn);
-        } else if (cmd.conn->sub) {
-          cmd.conn->replay_waiting = true;
-          waiting_replays_.push_back(cmd.conn.get());
+        // Warm start: everything the engine still buffers, before its live stream; a
+        // restored view only what came after its record (a verify replay).
+        Conn& c = *cmd.conn;
+        c.replay_from = c.verifying ? *c.seq.last() : 0;
+        if (c.sub) {
+          QueueReplay(c);
         } else {
-          EndInitialReplay(*cmd.conn);
+          c.verifying = false;
+          EndInitialReplay(c);
         }
       }
       continue;
@@ -334,11 +363,13 @@ void KvEventIngestor::DrainCommands(std::vector<std::shared_ptr<Conn>>& conns) {
         CloseMonitoredSub(c.sub, c.monitor);
         if (c.replay) {
           c.replay.reset();
-          --active_replays_;
+          ReleaseSlot(c);
         }
         c.replay_waiting = false;
         c.held.clear();
         std::erase(waiting_replays_, &c);
+        std::erase(waiting_verifies_, &c);
+        std::erase(export_targets_, cmd.conn);
         EndInitialReplay(c);
         conns.erase(it);
         break;
@@ -402,6 +433,17 @@ bool KvEventIngestor::ReplayAllowed(const Conn& c) const {
 }
 
 void KvEventIngestor::Process(Conn& c, uint64_t seq, const void* payload, size_t size) {
+  if (c.verify_no_replay) {
+    // A restored view without a replay socket: kept only if the stream continues
+    // right after its record (doc/snapshot.md §6.2).
+    c.verify_no_replay = false;
+    const bool keep = c.seq.IsNext(seq);
+    CountVerify(c, keep ? VerifyResult::kNoReplayOk : VerifyResult::kNoReplayResync);
+    if (!keep) {
+      Resync(c);
+      c.seq.Reset();
+    }
+  }
   if (c.disconnected) {
     c.disconnected = false;
     if (c.seq.last() && !c.seq.IsNext(seq)) {
@@ -471,12 +513,7 @@ void KvEventIngestor::BeginReplay(Conn& c, uint64_t from_seq, uint64_t seq, cons
                                   size_t size) {
   c.held.push_back({seq, std::string(static_cast<const char*>(payload), size)});
   c.replay_from = from_seq;
-  if (active_replays_ < options_.max_concurrent_replays) {
-    StartReplay(c);
-    return;
-  }
-  c.replay_waiting = true;
-  waiting_replays_.push_back(&c);
+  QueueReplay(c);
 }
 
 void KvEventIngestor::StartReplay(Conn& c) {
@@ -489,7 +526,7 @@ void KvEventIngestor::StartReplay(Conn& c) {
     dealer->connect(c.spec.replay_endpoint);
     c.replay = std::move(dealer);
     WatchSocket(c, WatchKind::kReplay);
-    ++active_replays_;
+    ++(c.verifying ? active_verifies_ : active_replays_);
     const std::string start = BE64(c.replay_from);
     // connect() made the peer's queue: the request is queued, never blocks.
     const bool sent =
@@ -512,6 +549,10 @@ void KvEventIngestor::ReadReplay(Conn& c) {
       return;
     }
     const uint64_t seq = ReadBE64(frames[1]);
+    if (c.verifying && !c.verify_checked &&
+        !CheckVerify(c, seq, frames[2].data(), frames[2].size())) {
+      return;  // the view was cleared and a replay from 0 replaces this one
+    }
     if (seq == kReplayEndMarker) {
       FinishReplay(c, /*ok=*/true);
       return;
@@ -540,13 +581,22 @@ void KvEventIngestor::FinishReplay(Conn& c, bool ok) {
   if (c.replay) {
     Unwatch(c, WatchKind::kReplay);
     c.replay.reset();
-    --active_replays_;
+    ReleaseSlot(c);
   }
   EndInitialReplay(c);
   if (c.replay_waiting) {
     c.replay_waiting = false;
     std::erase(waiting_replays_, &c);
+    std::erase(waiting_verifies_, &c);
   }
+  if (c.verifying && !c.verify_checked) {
+    // Cannot verify (timeout, malformed): rebuild from the live stream (§6.2).
+    CountVerify(c, VerifyResult::kFailed);
+    Resync(c);
+    c.seq.Reset();
+  }
+  c.verifying = false;
+  c.verify_checked = false;
   const int64_t now_ns = clock_.NowNs();
   if (ok) {
     c.replay_failures_in_row = 0;
@@ -585,9 +635,15 @@ void KvEventIngestor::StartWaitingReplays() {
     waiting_replays_.pop_front();
     if (c->replay_waiting) StartReplay(*c);
   }
+  while (active_verifies_ < options_.max_concurrent_verify_replays && !waiting_verifies_.empty()) {
+    Conn* c = waiting_verifies_.front();
+    waiting_verifies_.pop_front();
+    if (c->replay_waiting) StartReplay(*c);
+  }
 }
 
 void KvEventIngestor::Apply(Conn& c, uint64_t seq, const void* payload, size_t size) {
+  if (snapshotter_ != nullptr) c.last_payload_xxh3 = XXH3_64bits(payload, size);
   if (!applier_.Apply(c, c.ref(), seq,
                       std::span<const uint8_t>(static_cast<const uint8_t*>(payload), size))) {
     Resync(c);  // the batch's events are lost: the view may hold stale blocks
@@ -600,6 +656,171 @@ void KvEventIngestor::PublishStatus(Conn& c) {
   const std::optional<uint64_t> last = c.seq.last();
   c.status_last_seq_plus1.store(last ? *last + 1 : 0);
   c.status_complete.store(c.complete);
+}
+
+// --- Verify replays (doc/snapshot.md §6.2) ---
+
+void KvEventIngestor::ClaimRestored(Conn& c, const RestoredTarget& record) {
+  if (record.block_size != c.spec.block_size) {
+    index_.ApplyCleared(c.id);
+    if (options_.snapshot_stats) options_.snapshot_stats->refused_block_size.fetch_add(1);
+    return;
+  }
+  if (!record.position.has_position || c.spec.events_endpoint.empty()) return;  // first contact
+  c.seq.Advance(record.position.last_seq);
+  c.complete = record.position.complete;
+  c.last_payload_xxh3 = record.position.last_payload_xxh3;
+  if (c.spec.replay_endpoint.empty()) {
+    c.verify_no_replay = true;
+    return;
+  }
+  c.verifying = true;
+  if (!c.initial_replay) {
+    c.initial_replay = true;
+    initial_replays_pending_.fetch_add(1);
+  }
+}
+
+bool KvEventIngestor::SlotFree(const Conn& c) const {
+  return c.verifying ? active_verifies_ < options_.max_concurrent_verify_replays
+                     : active_replays_ < options_.max_concurrent_replays;
+}
+
+void KvEventIngestor::QueueReplay(Conn& c) {
+  if (SlotFree(c)) {
+    StartReplay(c);
+    return;
+  }
+  c.replay_waiting = true;
+  (c.verifying ? waiting_verifies_ : waiting_replays_).push_back(&c);
+}
+
+void KvEventIngestor::ReleaseSlot(Conn& c) { --(c.verifying ? active_verifies_ : active_replays_); }
+
+void KvEventIngestor::CountVerify(Conn& c, VerifyResult result) {
+  if (options_.snapshot_stats) {
+    options_.snapshot_stats->verify[static_cast<size_t>(result)].fetch_add(1);
+  }
+  if (result == VerifyResult::kOk || result == VerifyResult::kNoReplayOk) return;
+  const std::string name = c.spec.key.ToString();
+  log_.Info("kv-snapshot: verify|" + name, "kv-snapshot: {} verify {}: view rebuilt", name,
+            VerifyResultName(result));
+}
+
+bool KvEventIngestor::CheckVerify(Conn& c, uint64_t seq, const void* payload, size_t size) {
+  const uint64_t last = *c.seq.last();
+  VerifyResult result = VerifyResult::kGap;
+  if (seq == kReplayEndMarker) {
+    result = VerifyResult::kEmpty;
+  } else if (seq == last) {
+    if (XXH3_64bits(payload, size) == c.last_payload_xxh3) {
+      c.verify_checked = true;
+      CountVerify(c, VerifyResult::kOk);
+      return true;
+    }
+    result = VerifyResult::kEpoch;
+  }
+  CountVerify(c, result);
+  RestartFromZero(c);
+  return false;
+}
+
+void KvEventIngestor::RestartFromZero(Conn& c) {
+  Unwatch(c, WatchKind::kReplay);
+  c.replay.reset();
+  ReleaseSlot(c);
+  c.verifying = false;
+  Resync(c);
+  c.seq.Reset();
+  c.replay_from = 0;
+  QueueReplay(c);  // as first contact; the live messages stay held
+}
+
+// --- Snapshots (doc/snapshot.md §5) ---
+
+bool KvEventIngestor::SnapshotStep(const std::vector<std::shared_ptr<Conn>>& conns) {
+  const int64_t now_ns = clock_.NowNs();
+  if (final_requested_.load()) {
+    snapshotter_->Abort(now_ns);
+    BeginSnapshot(conns, now_ns);
+    while (ExportStep()) {
+    }
+    snapshotter_->End(clock_.NowNs());
+    {
+      std::lock_guard<std::mutex> lock(final_mu_);
+      final_exported_ = true;
+    }
+    final_cv_.notify_all();
+    return true;
+  }
+  if (!snapshotter_->InCycle()) {
+    if (!snapshotter_->Due(now_ns)) return false;
+    BeginSnapshot(conns, now_ns);
+  }
+  if (!ExportStep()) snapshotter_->End(clock_.NowNs());
+  return false;
+}
+
+void KvEventIngestor::BeginSnapshot(const std::vector<std::shared_ptr<Conn>>& conns,
+                                    int64_t now_ns) {
+  export_targets_ = conns;
+  export_next_ = 0;
+  SnapshotHeader header{.hash_scheme = core::kHashSchemeVersion,
+                        .writer_instance = instance_,
+                        .transport = SnapshotTransport::kZmq,
+                        .fleet_id = options_.snapshot.fleet_id};
+  uint64_t distinct = 0;
+  {
+    ReaderLock lock(index_mu_);
+    header.salted_traffic = index_.SaltedTraffic();
+    distinct = index_.DistinctHashCount();
+  }
+  snapshotter_->Begin(header, distinct, now_ns);
+}
+
+// Exports whole targets, up to kStepBlocks blocks (at least one target), under one
+// shared hold; returns whether targets remain.
+bool KvEventIngestor::ExportStep() {
+  constexpr size_t kStepBlocks = 16'384;
+  std::vector<SnapshotRecord> step;
+  size_t blocks = 0;
+  {
+    ReaderLock lock(index_mu_);
+    while (export_next_ < export_targets_.size() && blocks < kStepBlocks) {
+      Conn& c = *export_targets_[export_next_++];
+      if (!c.alive) continue;
+      SnapshotRecord& r = step.emplace_back();
+      r.key = c.spec.key;
+      r.block_size = c.spec.block_size;
+      const std::optional<uint64_t> last = c.seq.last();
+      r.position = {.has_position = last.has_value(),
+                    .complete = c.complete,
+                    .last_seq = last.value_or(0),
+                    .last_payload_xxh3 = last ? c.last_payload_xxh3 : 0};
+      index_.ExportView(c.id, r.view);
+      blocks += r.view.blocks.size();
+    }
+  }
+  if (!step.empty()) snapshotter_->Push(std::move(step));
+  if (export_next_ < export_targets_.size()) return true;
+  export_targets_.clear();
+  return false;
+}
+
+void KvEventIngestor::RequestFinalSnapshot() {
+  if (snapshotter_ != nullptr) final_requested_.store(true);
+}
+
+bool KvEventIngestor::WaitFinalSnapshot(int64_t timeout_ms) {
+  if (snapshotter_ == nullptr) return true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  {
+    std::unique_lock<std::mutex> lock(final_mu_);
+    if (!final_cv_.wait_until(lock, deadline, [&] { return final_exported_; })) return false;
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return snapshotter_->WaitIdle(std::max<int64_t>(0, left.count()));
 }
 
 }  // namespace infera::events

@@ -58,6 +58,8 @@
 #pragma once
 
 #include <array>
+#include <condition_variable>
+#include <mutex>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -73,6 +75,7 @@
 #include "core/kv_index.h"
 #include "core/types.h"
 #include "events/kv_event_source.h"
+#include "events/kv_snapshotter.h"
 #include "events/shared_kv_index.h"
 #include "events/stream_applier.h"
 #include "events/writer_priority_mutex.h"
@@ -119,6 +122,13 @@ struct IngestorOptions {
   // timeout and the log limiter's intervals. nullptr: the process's steady clock
   // (log/steady_clock.h); the router passes its injected clock.
   const core::Clock* clock = nullptr;
+  // KV-view snapshots (doc/snapshot.md): written when snapshot.path is set, on this
+  // thread step by step (§5.1). `restored`: the targets LoadKvSnapshot put into the
+  // index; each is verified (§6.2) instead of replayed from 0 when it is added.
+  KvSnapshotOptions snapshot = {};
+  std::shared_ptr<KvSnapshotStats> snapshot_stats = nullptr;
+  std::shared_ptr<const RestoredTargets> restored = nullptr;
+  int max_concurrent_verify_replays = 64;  // verify replays, apart from the gap replays
 };
 
 // What the ingestor knows of one target (admin views, tests).
@@ -176,6 +186,15 @@ class KvEventIngestor final : public KvEventSource {
   static constexpr int64_t kDescriptorsPerTarget = 4;
   std::vector<IngestTargetStatus> TargetStatuses() const;
 
+  // Snapshots (null stats when off). At SIGTERM: RequestFinalSnapshot makes the
+  // ingestion thread stop reading, abandon a periodic snapshot and export every view;
+  // WaitFinalSnapshot waits until it is written (false at the timeout).
+  const KvSnapshotStats* snapshot_stats() const {
+    return snapshotter_ != nullptr ? &snapshotter_->stats() : options_.snapshot_stats.get();
+  }
+  void RequestFinalSnapshot();
+  bool WaitFinalSnapshot(int64_t timeout_ms);
+
  private:
   struct Conn;
   struct Command {
@@ -191,6 +210,7 @@ class KvEventIngestor final : public KvEventSource {
     bool queued = false;  // in ready_
   };
 
+  void InitSnapshots();
   void Run();
   void RunLoop();
   void DrainCommands(std::vector<std::shared_ptr<Conn>>& conns);
@@ -219,6 +239,17 @@ class KvEventIngestor final : public KvEventSource {
   void Apply(Conn& c, uint64_t seq, const void* payload, size_t size);
   void Resync(Conn& c);
   void PublishStatus(Conn& c);
+  // Snapshots and verify replays (doc/snapshot.md §5.1, §6.2).
+  void ClaimRestored(Conn& c, const RestoredTarget& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_mu_);
+  bool SnapshotStep(const std::vector<std::shared_ptr<Conn>>& conns);
+  void BeginSnapshot(const std::vector<std::shared_ptr<Conn>>& conns, int64_t now_ns);
+  bool ExportStep();
+  bool CheckVerify(Conn& c, uint64_t seq, const void* payload, size_t size);
+  void CountVerify(Conn& c, VerifyResult result);
+  void RestartFromZero(Conn& c);
+  bool SlotFree(const Conn& c) const;
+  void QueueReplay(Conn& c);
+  void ReleaseSlot(Conn& c);
 
   const IngestorOptions options_;
   KvEventCounters counters_;
@@ -243,6 +274,20 @@ class KvEventIngestor final : public KvEventSource {
   // Ingestion thread only: replays in flight, and targets waiting for a slot.
   int active_replays_ = 0;
   std::deque<Conn*> waiting_replays_;  // owned by RunLoop's list; removed with it
+  int active_verifies_ = 0;
+  std::deque<Conn*> waiting_verifies_;
+
+  // Snapshots: the writer (null when off), the targets of the export in progress
+  // (ingestion thread), the restored records not yet claimed (registry_mu_).
+  std::unique_ptr<KvSnapshotter> snapshotter_;
+  std::vector<std::shared_ptr<Conn>> export_targets_;
+  size_t export_next_ = 0;
+  uint64_t instance_ = 0;
+  RestoredTargets restored_ ABSL_GUARDED_BY(registry_mu_);
+  std::atomic<bool> final_requested_{false};
+  std::mutex final_mu_;
+  std::condition_variable final_cv_;
+  bool final_exported_ = false;  // guarded by final_mu_
 
   std::atomic<int> initial_replays_pending_{0};
   std::atomic<int64_t> followed_targets_{0};  // registry_.size(), for DescriptorsHeld

@@ -12,6 +12,7 @@
 #include "router/dispatch/http_upstream.h"
 #include "router/dispatch/transport_upstream.h"
 #include "router/encode/prompt_encoder.h"
+#include "router/kv_snapshot_wiring.h"
 #include "router/metrics/router_metrics.h"
 #include "router/plan/pick_planner.h"
 #include "router/plan/readiness.h"
@@ -67,8 +68,9 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     nats.clock = clock_;
     events_ = std::make_unique<events::NatsEventSource>(index_, std::move(nats));
   } else {
-    events_ = std::make_unique<events::KvEventIngestor>(
-        index_, events::IngestorOptions{.replay_on_add = true, .clock = clock_});
+    events::IngestorOptions ingest{.replay_on_add = true, .clock = clock_};
+    PrepareKvSnapshots(options_.kv_snapshot, index_, ingest);  // before any subscription
+    events_ = std::make_unique<events::KvEventIngestor>(index_, std::move(ingest));
   }
   metrics_ = std::make_unique<RouterMetrics>(options_.policy.policy);
   MakePlanner();
@@ -185,6 +187,9 @@ void Router::MakeViews() {
   if (nats_ != nullptr) {
     views_->add_metrics([nats = nats_](std::string& out) { nats->RenderMetrics(out); });
   }
+  views_->add_metrics([events = events_.get()](std::string& out) {
+    RenderKvSnapshotMetrics(*events, out);
+  });
 }
 
 Router::~Router() {
@@ -225,7 +230,9 @@ uint16_t Router::port() const { return server_ ? server_->port() : 0; }
 void Router::Shutdown() {
   if (!started_) return;
   started_ = false;
+  StartFinalKvSnapshot(*events_);  // beside the drain (doc/snapshot.md §5.3)
   server_->Shutdown();
+  WaitFinalKvSnapshot(*events_, 5'000);
   if (replica_) replica_->Stop();
   pool_->Stop();
 }

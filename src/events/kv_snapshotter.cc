@@ -1,0 +1,234 @@
+#include "events/kv_snapshotter.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <utility>
+
+#include "core/hashing.h"
+
+namespace infera::events {
+namespace {
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t SteadyUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Restores every record of an accepted file into `staging`; returns the blocks restored.
+uint64_t BuildStaging(const SnapshotReader& reader, core::KvIndex& staging,
+                      RestoredTargets& restored, KvSnapshotStats& stats) {
+  staging.Reserve(reader.footer().distinct_hash_count);
+  if (reader.header().salted_traffic) staging.NoteSaltedTraffic();
+  SnapshotRecord record;
+  uint64_t blocks = 0;
+  for (size_t i = 0; i < reader.record_count(); ++i) {
+    reader.ReadRecord(i, record);
+    const core::TargetId id = staging.AddTarget(record.key, record.block_size);
+    staging.ReserveTarget(id, record.view.engine_hashes.size());
+    if (staging.RestoreView(id, record.view) != core::RestoreStatus::kOk) {
+      staging.RemoveTarget(id);
+      stats.refused_corrupt.fetch_add(1);
+      spdlog::warn("kv-snapshot: record of {} is inconsistent: not restored",
+                   record.key.ToString());
+      continue;
+    }
+    blocks += record.view.blocks.size();
+    restored[record.key.ToString()] = {record.block_size, record.position};
+  }
+  return blocks;
+}
+
+}  // namespace
+
+std::string_view VerifyResultName(VerifyResult result) {
+  static constexpr std::string_view kNames[] = {"ok",     "epoch",        "gap",
+                                                "empty",  "failed",       "no_replay_ok",
+                                                "no_replay_resync"};
+  return kNames[static_cast<size_t>(result)];
+}
+
+RestoredTargets LoadKvSnapshot(const KvSnapshotOptions& options, SnapshotTransport transport,
+                               SharedKvIndex& index, KvSnapshotStats& stats) {
+  RestoredTargets restored;
+  if (!options.enabled()) return restored;
+  PosixSnapshotFs fs;
+  const size_t stale = RemoveStaleSnapshotTemps(fs, options.path, getpid());
+  if (stale > 0) spdlog::info("kv-snapshot: removed {} stale temp file(s)", stale);
+  const int64_t start_us = SteadyUs();
+  SnapshotReader reader = SnapshotReader::Open(
+      fs, options.path,
+      {.hash_scheme = core::kHashSchemeVersion,
+       .transport = transport,
+       .fleet_id = options.fleet_id,
+       .now_unix_ms = WallMs(),
+       .max_age_s = options.max_age_s});
+  stats.loads[static_cast<size_t>(reader.result())].fetch_add(1);
+  if (reader.result() == LoadResult::kAbsent) {
+    spdlog::info("kv-snapshot: no snapshot at {}; full replay", options.path);
+    return restored;
+  }
+  if (reader.result() != LoadResult::kLoaded) {
+    spdlog::warn("kv-snapshot: refused {}: {}; full replay", options.path, reader.detail());
+    return restored;
+  }
+  const int64_t age_ms = WallMs() - reader.header().created_unix_ms;
+  stats.load_age_ms.store(age_ms);
+  spdlog::info("kv-snapshot: loaded {}: {} targets, {} blocks, age {} s", options.path,
+               reader.footer().target_count, reader.footer().block_count, age_ms / 1000);
+  core::KvIndex staging;
+  const uint64_t blocks = BuildStaging(reader, staging, restored, stats);
+  reader.Release();
+  index.WithWrite([&](core::KvIndex& live) { live = std::move(staging); });
+  // `staging` now holds the router's former (empty) index: freed here, off-lock.
+  const int64_t took_us = SteadyUs() - start_us;
+  stats.restore_us.store(static_cast<uint64_t>(took_us));
+  stats.restored_blocks.fetch_add(blocks);
+  spdlog::info("kv-snapshot: restored {} targets ({} blocks) in {:.3f} s", restored.size(),
+               blocks, took_us / 1e6);
+  return restored;
+}
+
+KvSnapshotter::KvSnapshotter(KvSnapshotOptions options, std::shared_ptr<KvSnapshotStats> stats,
+                             std::unique_ptr<SnapshotFs> fs)
+    : options_(std::move(options)),
+      stats_(std::move(stats)),
+      fs_(fs != nullptr ? std::move(fs) : std::make_unique<PosixSnapshotFs>()),
+      pid_(getpid()) {
+  thread_ = std::thread([this] { WriterLoop(); });
+}
+
+KvSnapshotter::~KvSnapshotter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+bool KvSnapshotter::Due(int64_t now_ns) {
+  const int64_t interval_ns = options_.interval_s * 1'000'000'000;
+  if (next_due_ns_ < 0) next_due_ns_ = now_ns + interval_ns;
+  if (options_.interval_s == 0 || now_ns < next_due_ns_) return false;
+  if (in_cycle_) {
+    stats_->writes_skipped.fetch_add(1);
+    next_due_ns_ = now_ns + interval_ns;
+    return false;
+  }
+  return true;
+}
+
+void KvSnapshotter::Begin(const SnapshotHeader& header, uint64_t distinct_hash_count,
+                          int64_t now_ns) {
+  in_cycle_ = true;
+  cycle_start_ns_ = now_ns;
+  SnapshotHeader h = header;
+  h.created_unix_ms = WallMs();
+  Item item{.kind = Item::kBegin};
+  item.header = std::move(h);
+  item.distinct_hash_count = distinct_hash_count;
+  Enqueue(std::move(item));
+}
+
+void KvSnapshotter::Push(std::vector<SnapshotRecord> step) {
+  Item item{.kind = Item::kStep};
+  item.step = std::move(step);
+  Enqueue(std::move(item));
+}
+
+void KvSnapshotter::End(int64_t now_ns) {
+  Enqueue(Item{.kind = Item::kEnd});
+  in_cycle_ = false;
+  next_due_ns_ = now_ns + options_.interval_s * 1'000'000'000;
+}
+
+void KvSnapshotter::Abort(int64_t now_ns) {
+  if (!in_cycle_) return;
+  Enqueue(Item{.kind = Item::kAbort});
+  in_cycle_ = false;
+  next_due_ns_ = now_ns + options_.interval_s * 1'000'000'000;
+}
+
+bool KvSnapshotter::WaitIdle(int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                      [&] { return queue_.empty() && !busy_; });
+}
+
+void KvSnapshotter::Enqueue(Item item) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return queue_.size() < kQueueSteps || stop_; });
+  queue_.push_back(std::move(item));
+  cv_.notify_all();
+}
+
+void KvSnapshotter::WriterLoop() {
+  std::unique_ptr<SnapshotWriter> writer;
+  for (;;) {
+    Item item;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !queue_.empty() || stop_; });
+      if (queue_.empty()) return;  // stop_: an unfinished writer unlinks its temp file
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    cv_.notify_all();  // a slot freed
+    Handle(item, writer);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+    }
+    cv_.notify_all();
+  }
+}
+
+void KvSnapshotter::Handle(Item& item, std::unique_ptr<SnapshotWriter>& writer) {
+  int64_t& begin_us = writer_begin_us_;
+  uint64_t& distinct = writer_distinct_;
+  absl::Status& status = writer_status_;
+  switch (item.kind) {
+    case Item::kBegin:
+      writer = std::make_unique<SnapshotWriter>(*fs_, options_.path, pid_);
+      begin_us = SteadyUs();
+      distinct = item.distinct_hash_count;
+      status = writer->Begin(item.header);
+      return;
+    case Item::kStep:
+      for (const SnapshotRecord& r : item.step) {
+        if (writer == nullptr || !status.ok()) return;
+        status = writer->AddRecord(r);
+      }
+      return;
+    case Item::kAbort:
+      writer.reset();  // unlinks the temp file
+      return;
+    case Item::kEnd:
+      if (writer == nullptr) return;
+      if (status.ok()) status = writer->Finish(distinct);
+      if (status.ok()) {
+        stats_->writes_ok.fetch_add(1);
+        stats_->last_write_unix_ms.store(WallMs());
+        stats_->last_write_bytes.store(writer->bytes_written());
+        stats_->last_write_blocks.store(writer->block_count());
+        stats_->last_write_duration_us.store(static_cast<uint64_t>(SteadyUs() - begin_us));
+      } else {
+        stats_->writes_error.fetch_add(1);
+        spdlog::warn("kv-snapshot: snapshot write failed: {}", std::string(status.message()));
+      }
+      writer.reset();
+      return;
+  }
+}
+
+}  // namespace infera::events

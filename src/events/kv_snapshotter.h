@@ -1,0 +1,129 @@
+// KvSnapshotter: the writing side of KV-view snapshots (doc/snapshot.md §5), and the
+// start-up load (§6.1).
+//
+// The ingestion thread exports views step by step under the index lock held shared and
+// hands each step to this class; a writer thread of its own streams the steps into a
+// SnapshotWriter (temp file, fsync, rename). The queue between them is bounded
+// (kQueueSteps): when the disk is slower than the export, the ingestion thread waits
+// (ingestion is delayed, picks never). One cycle at a time: Begin, Push..., End or
+// Abort.
+//
+// LoadKvSnapshot builds a staging KvIndex from the file, off-lock, and swaps it into
+// the router's index under one exclusive hold; it returns the restored targets'
+// positions, which the ingestor verifies (§6.2) when discovery adds them.
+//
+// Thread-safety: Begin/Push/End/Abort/Due from one thread (the ingestion thread);
+// stats() and WaitIdle from any.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "events/kv_snapshot.h"
+#include "events/shared_kv_index.h"
+
+namespace infera::events {
+
+// What /metrics shows of snapshots (§10).
+struct KvSnapshotStats {
+  std::atomic<uint64_t> writes_ok{0};
+  std::atomic<uint64_t> writes_error{0};
+  std::atomic<uint64_t> writes_skipped{0};
+  std::atomic<int64_t> last_write_unix_ms{0};
+  std::atomic<uint64_t> last_write_bytes{0};
+  std::atomic<uint64_t> last_write_blocks{0};
+  std::atomic<uint64_t> last_write_duration_us{0};
+  std::atomic<uint64_t> loads[kLoadResultCount] = {};
+  std::atomic<int64_t> load_age_ms{0};
+  std::atomic<uint64_t> restore_us{0};
+  std::atomic<uint64_t> restored_blocks{0};
+  std::atomic<uint64_t> refused_block_size{0};
+  std::atomic<uint64_t> refused_unclaimed{0};
+  std::atomic<uint64_t> refused_corrupt{0};
+  // verify_total{result}: ok, epoch, gap, empty, failed, no_replay_ok, no_replay_resync.
+  std::atomic<uint64_t> verify[7] = {};
+};
+enum class VerifyResult : uint8_t { kOk, kEpoch, kGap, kEmpty, kFailed, kNoReplayOk, kNoReplayResync };
+std::string_view VerifyResultName(VerifyResult result);
+
+// A restored target's record, waiting for discovery to add it (§6.1 step 4).
+struct RestoredTarget {
+  uint32_t block_size = 0;
+  SnapshotPosition position;
+};
+// By TargetKey::ToString().
+using RestoredTargets = std::map<std::string, RestoredTarget>;
+
+// §6.1: loads `options.path` into `index` (swapped in under one exclusive hold) when
+// the file passes every check; counts and logs the outcome. Returns the restored
+// targets (empty when nothing was loaded).
+RestoredTargets LoadKvSnapshot(const KvSnapshotOptions& options, SnapshotTransport transport,
+                               SharedKvIndex& index, KvSnapshotStats& stats);
+
+class KvSnapshotter {
+ public:
+  static constexpr size_t kQueueSteps = 4;
+
+  KvSnapshotter(KvSnapshotOptions options, std::shared_ptr<KvSnapshotStats> stats,
+                std::unique_ptr<SnapshotFs> fs = nullptr);
+  ~KvSnapshotter();
+  KvSnapshotter(const KvSnapshotter&) = delete;
+  KvSnapshotter& operator=(const KvSnapshotter&) = delete;
+
+  // Whether a periodic snapshot should start now (steady ns; interval after the last
+  // cycle ended). A tick while a cycle runs is counted as skipped.
+  bool Due(int64_t now_ns);
+  void Begin(const SnapshotHeader& header, uint64_t distinct_hash_count, int64_t now_ns);
+  // Blocks while kQueueSteps steps wait for the writer.
+  void Push(std::vector<SnapshotRecord> step);
+  void End(int64_t now_ns);
+  // Drops the cycle in progress (its temp file unlinked).
+  void Abort(int64_t now_ns);
+  bool InCycle() const { return in_cycle_; }
+  // Waits until the writer has handled everything pushed so far; false at the timeout.
+  bool WaitIdle(int64_t timeout_ms);
+
+  const KvSnapshotOptions& options() const { return options_; }
+  KvSnapshotStats& stats() { return *stats_; }
+
+ private:
+  struct Item {
+    enum Kind : uint8_t { kBegin, kStep, kEnd, kAbort } kind = kEnd;
+    SnapshotHeader header = {};
+    uint64_t distinct_hash_count = 0;
+    std::vector<SnapshotRecord> step = {};
+  };
+  void Enqueue(Item item);
+  void WriterLoop();
+  void Handle(Item& item, std::unique_ptr<SnapshotWriter>& writer);
+
+  const KvSnapshotOptions options_;
+  std::shared_ptr<KvSnapshotStats> stats_;
+  std::unique_ptr<SnapshotFs> fs_;
+  const int pid_;
+  bool in_cycle_ = false;        // ingestion thread
+  int64_t next_due_ns_ = -1;     // ingestion thread; -1: first call sets it
+  int64_t cycle_start_ns_ = 0;   // ingestion thread
+
+  // Writer thread only: the cycle being written.
+  int64_t writer_begin_us_ = 0;
+  uint64_t writer_distinct_ = 0;
+  absl::Status writer_status_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;  // guarded by mu_
+  bool busy_ = false;       // guarded by mu_: the writer handles an item
+  bool stop_ = false;       // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace infera::events
