@@ -20,7 +20,11 @@ Phases and what is reported (one `result` JSON line at the end, with --json FILE
            infera_router_routing_overhead_seconds{stage="hash_match"} histogram over the
            window: bucket bounds) while a client sends requests, the client's latency
   restart  a prompt sent twice (the second hits), kill -9, the same command again:
-           ms to /ready 200, the first request's pick log cache_hits, views after it
+           ms to /ready 200, the first request's pick log cache_hits, views after it.
+           With --snapshot the router runs with --kv-snapshot-path (doc/snapshot.md):
+           the kill comes after a periodic snapshot that began after the probe, and the
+           restart also reports the restore s, restored blocks, verify outcomes, the
+           file's size and the last write's duration
 
 No timing assertions; --check asserts only what is exact: every block published was
 applied, the repeated prompt hits before and after the restart, the views are whole
@@ -28,6 +32,7 @@ after the restart when the fleet's replay buffers held their history.
 
 Usage: fleet_scale.py --router R --engine E --fleet F [--workers 512 --dp 8]
                       [--view-blocks 2441] [--rate 0] [--churn-s 20] [--check]
+                      [--snapshot [--snapshot-interval-s 5]]
 """
 import argparse
 import json
@@ -79,6 +84,12 @@ def cpu_s(pid):
 def scalar(body, name):
     m = re.search(r"^" + re.escape(name) + r" (\S+)$", body, re.M)
     return float(m.group(1)) if m else 0.0
+
+
+def labeled(body, name, value):
+    """A metric's value for label result= or reason= `value` (0 when absent)."""
+    m = re.search(rf'^{name}{{\w+="{value}"}} (\S+)$', body, re.M)
+    return float(m.group(1)) if m else 0
 
 
 def family_sum(body, name):
@@ -294,6 +305,9 @@ def main():
     ap.add_argument("--log-dir", default=None)
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--snapshot", action="store_true",
+                    help="restart from a KV-view snapshot (--kv-snapshot-path)")
+    ap.add_argument("--snapshot-interval-s", type=int, default=5)
     args = ap.parse_args()
     rng = random.Random(args.seed)
     targets = args.workers * args.dp
@@ -357,6 +371,10 @@ def main():
                 json.dump(records, f)
             argv = [args.router, "--host", "127.0.0.1", "--port", "0", "--log-level", "info",
                     "--kv-events-topic", "kv-events", "--workers-file", workers_file]
+            snap_path = os.path.join(procs.dir, "kv.snap")
+            if args.snapshot:
+                argv += ["--kv-snapshot-path", snap_path,
+                         "--kv-snapshot-interval-s", str(args.snapshot_interval_s)]
             router = Router(procs, argv, "router")
             ms = router.ready_ms(timeout=300)
             result["cold_ready_ms"] = round(ms)
@@ -489,6 +507,18 @@ def main():
             poll(repeat_hits, "the repeated prompt hits", timeout=20, interval=0.05)
             hits_before = hits_seen[0]
             view_before = family_sum(router.metrics(), "infera_policy_cache_view_size")
+            if args.snapshot:
+                w0 = labeled(router.metrics(), "infera_router_kv_snapshot_writes_total", "ok")
+                poll(lambda: labeled(router.metrics(), "infera_router_kv_snapshot_writes_total",
+                                     "ok") >= w0 + 2,
+                     "a periodic snapshot that began after the probe",
+                     timeout=120 + 4 * args.snapshot_interval_s, interval=0.2)
+                body = router.metrics()
+                result.update({
+                    "snapshot_bytes": int(scalar(body, "infera_router_kv_snapshot_bytes")),
+                    "snapshot_blocks": int(scalar(body, "infera_router_kv_snapshot_blocks")),
+                    "snapshot_write_s": scalar(
+                        body, "infera_router_kv_snapshot_last_write_duration_seconds")})
             router.proc.p.kill()
             router.proc.p.wait(timeout=30)
             router = Router(procs, argv, "router2")
@@ -496,6 +526,21 @@ def main():
             check(complete(router.base, probe, "probe-after") == 200, "probe after the restart")
             hits_after = pick_hits(router, "probe-after")
             view_after = family_sum(router.metrics(), "infera_policy_cache_view_size")
+            if args.snapshot:
+                body = router.metrics()
+                result.update({
+                    "snapshot_restore_s": scalar(body, "infera_router_kv_snapshot_restore_seconds"),
+                    "snapshot_restored_blocks": int(scalar(
+                        body, "infera_router_kv_snapshot_restored_blocks_total")),
+                    "snapshot_loaded": labeled(body, "infera_router_kv_snapshot_loads_total",
+                                               "loaded"),
+                    "snapshot_verify": {r: labeled(body, "infera_router_kv_snapshot_verify_total", r)
+                                        for r in ("ok", "epoch", "gap", "empty", "failed")}})
+                print(f"snapshot: {result['snapshot_bytes']} bytes, {result['snapshot_blocks']} "
+                      f"blocks, written in {result['snapshot_write_s']:.2f} s; restored "
+                      f"{result['snapshot_restored_blocks']} blocks in "
+                      f"{result['snapshot_restore_s']:.2f} s; verify {result['snapshot_verify']}",
+                      flush=True)
             result.update({"restart_ready_ms": round(ms), "hits_before": hits_before,
                            "hits_after_restart": hits_after, "view_before": int(view_before),
                            "view_after_ready": int(view_after)})
@@ -513,6 +558,11 @@ def main():
                 check(result["fill_blocks"] == targets * args.view_blocks,
                       f"every filled block applied ({result['fill_blocks']})")
                 check(hits_after > 0, "the repeated prompt hits after kill -9 and restart")
+                if args.snapshot:
+                    check(result["snapshot_loaded"] == 1, "the snapshot was loaded")
+                    v = result["snapshot_verify"]
+                    check(v["ok"] == targets + args.dp and sum(v.values()) == v["ok"],
+                          f"every restored view verified ok ({v})")
         finally:
             for s in shards:
                 s.stop()
