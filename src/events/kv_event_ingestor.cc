@@ -1,7 +1,6 @@
 #include "events/kv_event_ingestor.h"
 
 #include <spdlog/spdlog.h>
-
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -62,8 +61,8 @@ struct KvEventIngestor::Conn : StreamState {
     std::string payload;
   };
   std::unique_ptr<zmq::socket_t> replay;  // the replay in flight
-  int64_t replay_deadline_ns = 0;  // clock_ time
-  bool replay_waiting = false;  // asked for, waiting for a slot
+  int64_t replay_deadline_ns = 0;         // clock_ time
+  bool replay_waiting = false;            // asked for, waiting for a slot
   uint64_t replay_from = 0;
   std::deque<Held> held;
   int replay_failures_in_row = 0;
@@ -233,8 +232,9 @@ void KvEventIngestor::RunLoop() {
       for (const auto& c : conns) {
         if (!c->replay) continue;
         // Rounded up: a wake-up before the deadline would find the replay not yet late.
-        timeout_ms = std::min(timeout_ms,
-                              std::max<int64_t>(0, (c->replay_deadline_ns - now_ns + 999'999) / 1'000'000));
+        timeout_ms =
+            std::min(timeout_ms,
+                     std::max<int64_t>(0, (c->replay_deadline_ns - now_ns + 999'999) / 1'000'000));
       }
     }
     const int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()),
@@ -368,8 +368,7 @@ void KvEventIngestor::DrainCommands(std::vector<std::shared_ptr<Conn>>& conns) {
         c.replay_waiting = false;
         c.held.clear();
         std::erase(waiting_replays_, &c);
-        std::erase(waiting_verifies_, &c);
-        std::erase(export_targets_, cmd.conn);
+        std::erase(waiting_verifies_, &c);  // an export in progress skips it (alive)
         EndInitialReplay(c);
         conns.erase(it);
         break;
@@ -428,8 +427,7 @@ void KvEventIngestor::HandleLive(Conn& c, uint64_t seq, const void* payload, siz
 }
 
 bool KvEventIngestor::ReplayAllowed(const Conn& c) const {
-  return !c.spec.replay_endpoint.empty() &&
-         clock_.NowNs() >= c.replay_retry_after_ns;
+  return !c.spec.replay_endpoint.empty() && clock_.NowNs() >= c.replay_retry_after_ns;
 }
 
 void KvEventIngestor::Process(Conn& c, uint64_t seq, const void* payload, size_t size) {
@@ -743,7 +741,7 @@ bool KvEventIngestor::SnapshotStep(const std::vector<std::shared_ptr<Conn>>& con
   if (final_requested_.load()) {
     snapshotter_->Abort(now_ns);
     BeginSnapshot(conns, now_ns);
-    while (ExportStep()) {
+    while (!stop_.load() && ExportStep()) {
     }
     snapshotter_->End(clock_.NowNs());
     {

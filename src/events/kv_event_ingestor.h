@@ -58,13 +58,13 @@
 #pragma once
 
 #include <array>
-#include <condition_variable>
-#include <mutex>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <string>
@@ -84,7 +84,7 @@
 namespace zmq {
 class context_t;
 class socket_t;
-}
+}  // namespace zmq
 
 namespace infera::events {
 
@@ -240,7 +240,8 @@ class KvEventIngestor final : public KvEventSource {
   void Resync(Conn& c);
   void PublishStatus(Conn& c);
   // Snapshots and verify replays (doc/snapshot.md §5.1, §6.2).
-  void ClaimRestored(Conn& c, const RestoredTarget& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_mu_);
+  void ClaimRestored(Conn& c, const RestoredTarget& record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_mu_);
   bool SnapshotStep(const std::vector<std::shared_ptr<Conn>>& conns);
   void BeginSnapshot(const std::vector<std::shared_ptr<Conn>>& conns, int64_t now_ns);
   bool ExportStep();

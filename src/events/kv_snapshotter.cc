@@ -50,9 +50,8 @@ uint64_t BuildStaging(const SnapshotReader& reader, core::KvIndex& staging,
 }  // namespace
 
 std::string_view VerifyResultName(VerifyResult result) {
-  static constexpr std::string_view kNames[] = {"ok",     "epoch",        "gap",
-                                                "empty",  "failed",       "no_replay_ok",
-                                                "no_replay_resync"};
+  static constexpr std::string_view kNames[] = {
+      "ok", "epoch", "gap", "empty", "failed", "no_replay_ok", "no_replay_resync"};
   return kNames[static_cast<size_t>(result)];
 }
 
@@ -64,13 +63,12 @@ RestoredTargets LoadKvSnapshot(const KvSnapshotOptions& options, SnapshotTranspo
   const size_t stale = RemoveStaleSnapshotTemps(fs, options.path, getpid());
   if (stale > 0) spdlog::info("kv-snapshot: removed {} stale temp file(s)", stale);
   const int64_t start_us = SteadyUs();
-  SnapshotReader reader = SnapshotReader::Open(
-      fs, options.path,
-      {.hash_scheme = core::kHashSchemeVersion,
-       .transport = transport,
-       .fleet_id = options.fleet_id,
-       .now_unix_ms = WallMs(),
-       .max_age_s = options.max_age_s});
+  SnapshotReader reader = SnapshotReader::Open(fs, options.path,
+                                               {.hash_scheme = core::kHashSchemeVersion,
+                                                .transport = transport,
+                                                .fleet_id = options.fleet_id,
+                                                .now_unix_ms = WallMs(),
+                                                .max_age_s = options.max_age_s});
   stats.loads[static_cast<size_t>(reader.result())].fetch_add(1);
   if (reader.result() == LoadResult::kAbsent) {
     spdlog::info("kv-snapshot: no snapshot at {}; full replay", options.path);
@@ -92,8 +90,8 @@ RestoredTargets LoadKvSnapshot(const KvSnapshotOptions& options, SnapshotTranspo
   const int64_t took_us = SteadyUs() - start_us;
   stats.restore_us.store(static_cast<uint64_t>(took_us));
   stats.restored_blocks.fetch_add(blocks);
-  spdlog::info("kv-snapshot: restored {} targets ({} blocks) in {:.3f} s", restored.size(),
-               blocks, took_us / 1e6);
+  spdlog::info("kv-snapshot: restored {} targets ({} blocks) in {:.3f} s", restored.size(), blocks,
+               took_us / 1e6);
   return restored;
 }
 
@@ -178,7 +176,8 @@ void KvSnapshotter::WriterLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return !queue_.empty() || stop_; });
-      if (queue_.empty()) return;  // stop_: an unfinished writer unlinks its temp file
+      // At exit an unfinished write is abandoned (the writer unlinks its temp file).
+      if (stop_) return;
       item = std::move(queue_.front());
       queue_.pop_front();
       busy_ = true;

@@ -51,7 +51,15 @@ struct KvSnapshotStats {
   // verify_total{result}: ok, epoch, gap, empty, failed, no_replay_ok, no_replay_resync.
   std::atomic<uint64_t> verify[7] = {};
 };
-enum class VerifyResult : uint8_t { kOk, kEpoch, kGap, kEmpty, kFailed, kNoReplayOk, kNoReplayResync };
+enum class VerifyResult : uint8_t {
+  kOk,
+  kEpoch,
+  kGap,
+  kEmpty,
+  kFailed,
+  kNoReplayOk,
+  kNoReplayResync
+};
 std::string_view VerifyResultName(VerifyResult result);
 
 // A restored target's record, waiting for discovery to add it (§6.1 step 4).
@@ -109,9 +117,9 @@ class KvSnapshotter {
   std::shared_ptr<KvSnapshotStats> stats_;
   std::unique_ptr<SnapshotFs> fs_;
   const int pid_;
-  bool in_cycle_ = false;        // ingestion thread
-  int64_t next_due_ns_ = -1;     // ingestion thread; -1: first call sets it
-  int64_t cycle_start_ns_ = 0;   // ingestion thread
+  bool in_cycle_ = false;       // ingestion thread
+  int64_t next_due_ns_ = -1;    // ingestion thread; -1: first call sets it
+  int64_t cycle_start_ns_ = 0;  // ingestion thread
 
   // Writer thread only: the cycle being written.
   int64_t writer_begin_us_ = 0;

@@ -28,8 +28,8 @@ std::string DerivedFleetId(const RouterFlags& f) {
     std::sort(workers.begin(), workers.end());
     source = absl::StrJoin(workers, " ") + (d.workers_file.empty() ? "" : " " + d.workers_file);
   }
-  const std::string canonical = absl::StrJoin(
-      {f.kv_transport, d.backend, source, f.options.kv_events_topic}, "\n");
+  const std::string canonical =
+      absl::StrJoin({f.kv_transport, d.backend, source, f.options.kv_events_topic}, "\n");
   return absl::StrFormat("%016x", XXH3_64bits(canonical.data(), canonical.size()));
 }
 

@@ -1,0 +1,179 @@
+// Snapshots through the ingestor against real in-process ZMQ publishers
+// (doc/snapshot.md §11): a final snapshot written by one ingestor, loaded into the
+// index of another, and the verify replay's outcomes.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "engine_events/fake_engine_cache.h"
+#include "engine_events/publisher.h"
+#include "events/kv_event_ingestor.h"
+#include "testing/wait_for.h"
+
+namespace infera::events {
+namespace {
+
+using testing::WaitFor;
+
+std::unique_ptr<EventPublisher> SnapPublisher(size_t buffer = 10'000) {
+  auto pub = EventPublisher::Create({.pub_endpoint = "tcp://127.0.0.1:0",
+                                     .replay_endpoint = "tcp://127.0.0.1:0",
+                                     .topic = "kv-events",
+                                     .shape = WireShape::kVllm,
+                                     .buffer_batches = buffer});
+  EXPECT_TRUE(pub.ok()) << pub.status();
+  return std::move(*pub);
+}
+
+IngestTarget SnapTarget(const EventPublisher& pub, bool replay = true) {
+  return {.key = {"engine:1", 0},
+          .events_endpoint = pub.pub_endpoint(),
+          .replay_endpoint = replay ? pub.replay_endpoint() : "",
+          .block_size = 16,
+          .topic = "kv-events"};
+}
+
+std::vector<core::BlockHash> SharedView(const SharedKvIndex& index, const core::TargetKey& key) {
+  return index.WithIndex([&](const core::KvIndex& i) {
+    std::vector<core::BlockHash> v;
+    if (auto id = i.FindTarget(key)) v = i.RouterHashes(*id);
+    std::sort(v.begin(), v.end());
+    return v;
+  });
+}
+
+class SnapshotIngest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    options_.path = ::testing::TempDir() + "/kv_snapshot_ingest_" + std::to_string(getpid());
+    options_.interval_s = 0;
+    options_.fleet_id = "test-fleet";
+    std::remove(options_.path.c_str());
+  }
+  void TearDown() override { std::remove(options_.path.c_str()); }
+
+  // An ingestor follows `pub` from seq 0 (replay on add), then writes its final snapshot.
+  void WriteSnapshot(EventPublisher& pub, const std::vector<core::BlockHash>& truth) {
+    SharedKvIndex index;
+    KvEventIngestor ing(index, IngestorOptions{.replay_on_add = true, .snapshot = options_});
+    ing.AddTarget(SnapTarget(pub));
+    ASSERT_TRUE(WaitFor([&] {
+      return !ing.Replaying() && SharedView(index, {"engine:1", 0}) == truth;
+    }));
+    ing.RequestFinalSnapshot();
+    ASSERT_TRUE(ing.WaitFinalSnapshot(10'000));
+    EXPECT_EQ(ing.snapshot_stats()->writes_ok.load(), 1u);
+  }
+
+  // A restarted ingestor: loads the file, adds the target, waits for its verify.
+  struct Restarted {
+    SharedKvIndex index;
+    std::shared_ptr<KvSnapshotStats> stats = std::make_shared<KvSnapshotStats>();
+    std::unique_ptr<KvEventIngestor> ing;
+  };
+  std::unique_ptr<Restarted> Restart(const IngestTarget& target) {
+    auto r = std::make_unique<Restarted>();
+    auto restored = std::make_shared<RestoredTargets>(
+        LoadKvSnapshot(options_, SnapshotTransport::kZmq, r->index, *r->stats));
+    EXPECT_EQ(restored->size(), 1u);
+    r->ing = std::make_unique<KvEventIngestor>(r->index, IngestorOptions{.replay_on_add = true,
+                                                                         .snapshot = options_,
+                                                                         .snapshot_stats = r->stats,
+                                                                         .restored = restored});
+    r->ing->AddTarget(target);
+    return r;
+  }
+  uint64_t Verified(const Restarted& r, VerifyResult result) {
+    return r.stats->verify[static_cast<size_t>(result)].load();
+  }
+
+  KvSnapshotOptions options_;
+};
+
+TEST_F(SnapshotIngest, VerifyOkReplaysOnlyWhatCameAfterTheRecord) {
+  auto pub = SnapPublisher();
+  FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
+  for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());
+  WriteSnapshot(*pub, engine.TruthRouterHashes());
+  for (int i = 0; i < 5; ++i) pub->Publish(engine.NextBatch());  // while the router is down
+  auto r = Restart(SnapTarget(*pub));
+  EXPECT_EQ(r->stats->loads[static_cast<size_t>(LoadResult::kLoaded)].load(), 1u);
+  ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
+  EXPECT_EQ(Verified(*r, VerifyResult::kOk), 1u);
+  EXPECT_EQ(SharedView(r->index, {"engine:1", 0}), engine.TruthRouterHashes());
+  EXPECT_EQ(r->ing->counters().replayed_batches.load(), 6u);  // seq 19 (the check) .. 24
+  EXPECT_EQ(r->ing->counters().resyncs.load(), 0u);
+  EXPECT_TRUE(r->ing->TargetStatuses()[0].complete);
+}
+
+TEST_F(SnapshotIngest, RestartedEnginePastTheRecordFailsTheEpochCheck) {
+  auto pub = SnapPublisher();
+  FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
+  for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());
+  WriteSnapshot(*pub, engine.TruthRouterHashes());
+  pub.reset();
+  auto pub2 = SnapPublisher();  // the engine restarted: seq from 0, other blocks
+  FakeEngineCache engine2({.seed = 4, .capacity_blocks = 512});
+  for (int i = 0; i < 25; ++i) pub2->Publish(engine2.NextBatch());
+  auto r = Restart(SnapTarget(*pub2));
+  ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
+  EXPECT_EQ(Verified(*r, VerifyResult::kEpoch), 1u);
+  EXPECT_EQ(SharedView(r->index, {"engine:1", 0}), engine2.TruthRouterHashes());
+}
+
+TEST_F(SnapshotIngest, RestartedEngineShortOfTheRecordIsEmpty) {
+  auto pub = SnapPublisher();
+  FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
+  for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());
+  WriteSnapshot(*pub, engine.TruthRouterHashes());
+  pub.reset();
+  auto pub2 = SnapPublisher();
+  FakeEngineCache engine2({.seed = 4, .capacity_blocks = 512});
+  for (int i = 0; i < 5; ++i) pub2->Publish(engine2.NextBatch());
+  auto r = Restart(SnapTarget(*pub2));
+  ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
+  EXPECT_EQ(Verified(*r, VerifyResult::kEmpty), 1u);
+  EXPECT_EQ(SharedView(r->index, {"engine:1", 0}), engine2.TruthRouterHashes());
+}
+
+TEST_F(SnapshotIngest, BufferTrimmedPastTheRecordIsAGap) {
+  auto pub = SnapPublisher(/*buffer=*/8);
+  FakeEngineCache engine({.seed = 3, .capacity_blocks = 4096});
+  for (int i = 0; i < 6; ++i) pub->Publish(engine.NextBatch());
+  WriteSnapshot(*pub, engine.TruthRouterHashes());
+  for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());  // seq 5 left the buffer
+  auto r = Restart(SnapTarget(*pub));
+  ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
+  EXPECT_EQ(Verified(*r, VerifyResult::kGap), 1u);
+  EXPECT_FALSE(r->ing->TargetStatuses()[0].complete);  // the buffer does not start at 0
+}
+
+TEST_F(SnapshotIngest, WithoutAReplaySocketTheFirstLiveSeqDecides) {
+  auto pub = SnapPublisher();
+  FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
+  for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());
+  WriteSnapshot(*pub, engine.TruthRouterHashes());
+  auto r = Restart(SnapTarget(*pub, /*replay=*/false));
+  EXPECT_FALSE(r->ing->Replaying());
+  uint64_t last = 0;
+  auto verdicts = [&] {
+    return Verified(*r, VerifyResult::kNoReplayOk) + Verified(*r, VerifyResult::kNoReplayResync);
+  };
+  ASSERT_TRUE(WaitFor([&] {
+    if (verdicts() == 0) last = pub->Publish(engine.NextBatch());
+    return verdicts() == 1 && r->ing->TargetStatuses()[0].last_seq == last;
+  }));
+  // A slow subscription may see its first live batch past seq 20: then it resyncs.
+  if (Verified(*r, VerifyResult::kNoReplayOk) == 1) {
+    EXPECT_EQ(SharedView(r->index, {"engine:1", 0}), engine.TruthRouterHashes());
+  } else {
+    EXPECT_EQ(r->ing->counters().resyncs.load(), 1u);
+  }
+}
+
+}  // namespace
+}  // namespace infera::events
