@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/hashing.h"
 #include "core/kv_index.h"
 
@@ -24,16 +25,7 @@ constexpr size_t kShared = 3;     // blocks of a group's shared prefix
 constexpr size_t kPromptLen = 11;  // blocks of a prompt
 constexpr size_t kPrompts = 12;
 
-struct Rng {
-  uint64_t s;
-  uint64_t Next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  size_t Uniform(size_t n) { return static_cast<size_t>(Next() % n); }
-};
+using Rng = Random;  // seeded SplitMix64 (core/clock.h)
 
 // Prompt p: its group's shared prefix, then its own blocks (so prompts of a group
 // share their first kShared router blocks, and targets share blocks).
