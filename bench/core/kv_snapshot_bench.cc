@@ -200,6 +200,54 @@ BENCHMARK(BM_SnapshotRestore)
     ->Iterations(1)
     ->Unit(benchmark::kSecond);
 
+// Restore alone (for profiles): the same fleet's views made directly (random router
+// and engine hashes, parents as the fill makes them), restored into a fresh index
+// per iteration.
+void BM_RestoreOnly(benchmark::State& state) {
+  const size_t targets = static_cast<size_t>(state.range(0));
+  const size_t blocks = static_cast<size_t>(state.range(1));
+  std::vector<TargetView> views(targets);
+  std::vector<BlockHash> shared(kSharedBlocks);
+  for (size_t b = 0; b < kSharedBlocks; ++b) shared[b] = base::SplitMix64(b);
+  uint64_t next = 1000;
+  for (TargetView& v : views) {
+    for (size_t b = 0; b < blocks; ++b) {
+      ViewBlock block;
+      const size_t in_chain = b < kSharedBlocks ? b : (b - kSharedBlocks) % kChainBlocks;
+      block.router_hash = b < kSharedBlocks ? shared[b] : base::SplitMix64(++next);
+      block.parent = b == 0                              ? kViewParentRoot
+                     : b >= kSharedBlocks && in_chain == 0 ? kSharedBlocks - 1
+                                                           : static_cast<uint32_t>(b - 1);
+      block.tiers = 1;
+      block.engine_begin = static_cast<uint32_t>(v.engine_hashes.size());
+      block.engine_count = 1;
+      v.engine_hashes.push_back(base::SplitMix64(++next));
+      v.blocks.push_back(block);
+    }
+  }
+  const size_t rows = kSharedBlocks + targets * (blocks - kSharedBlocks);
+  double cpu = 0;
+  for (auto _ : state) {
+    KvIndex index;
+    Timer timer;
+    index.Reserve(rows);
+    for (size_t k = 0; k < targets; ++k) {
+      const TargetId id = index.AddTarget({Worker(k), 0}, kBlockTokens);
+      index.ReserveTarget(id, views[k].engine_hashes.size());
+      if (index.RestoreView(id, views[k]) != RestoreStatus::kOk) std::abort();
+    }
+    cpu += timer.cpu_s();
+    if (index.DistinctHashCount() != rows) std::abort();
+  }
+  state.counters["restore_blocks_per_cpu_s"] =
+      static_cast<double>(targets * blocks * state.iterations()) / cpu;
+}
+BENCHMARK(BM_RestoreOnly)
+    ->Args({4096, 2441})
+    ->ArgNames({"targets", "blocks"})
+    ->Iterations(3)
+    ->Unit(benchmark::kSecond);
+
 }  // namespace
 }  // namespace infera::core
 

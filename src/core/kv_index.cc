@@ -2153,7 +2153,18 @@ RestoreStatus KvIndex::RestoreView(TargetId id, const TargetView& in) {
   x.ReserveRows(in.blocks.size());
   t->engine_map.Reserve(in.engine_hashes.size(), nullptr);
   std::vector<uint32_t> row_of(in.blocks.size());
-  for (size_t i = 0; i < in.blocks.size(); ++i) {
+  // Every block is a row-table miss (random slots of a table far larger than the
+  // cache): looked up kPrefetchDistance blocks ahead so the misses overlap.
+  const size_t n = in.blocks.size();
+  for (size_t i = 0; i < n && i < kPrefetchDistance; ++i) x.rows.Prefetch(in.blocks[i].router_hash);
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchDistance < n) {
+      const ViewBlock& ahead = in.blocks[i + kPrefetchDistance];
+      x.rows.Prefetch(ahead.router_hash);
+      if (ahead.engine_count > 0 && ahead.engine_begin < in.engine_hashes.size()) {
+        t->engine_map.Prefetch(in.engine_hashes[ahead.engine_begin]);
+      }
+    }
     const ViewBlock& b = in.blocks[i];
     const bool linked = b.parent != kViewParentUnknown;
     const uint32_t parent = b.parent == kViewParentRoot      ? kRoot
