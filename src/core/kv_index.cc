@@ -2030,76 +2030,107 @@ void KvIndex::ExportView(TargetId id, TargetView& out) const {
   out.evicted_blocks = t->evicted;
   out.evicted_since_clear = t->evicted_since_clear;
   out.epoch_stored = t->max_blocks == 0 ? 0 : static_cast<uint32_t>(t->epoch_stored);
-  // The engine-map entries that name a held row (a pending purge may leave others),
-  // by row; and the held rows, sorted (every held row has an entry unless the target
-  // has unmapped blocks: then the whole table is scanned).
-  std::vector<std::pair<uint32_t, uint32_t>> entries;  // (row, map slot)
+  // The engine map's entries by row (the map alone: no row read yet).
+  struct Entry {
+    uint32_t row, slot;
+    bool operator<(const Entry& o) const { return row < o.row || (row == o.row && slot < o.slot); }
+  };
+  std::vector<Entry> entries;
   entries.reserve(t->engine_map.size());
-  t->engine_map.ForEach([&](uint32_t e) {
-    const uint32_t row = t->engine_map.slot(e).row();
-    if (x.HoldsRow(id, row)) entries.emplace_back(row, e);
-  });
+  t->engine_map.ForEach([&](uint32_t e) { entries.push_back({t->engine_map.slot(e).row(), e}); });
   std::sort(entries.begin(), entries.end());
-  std::vector<uint32_t> held;
+  // The held blocks, by row: each row read once (prefetched ahead: every row is a
+  // miss in a table far larger than the cache). Entries whose row the target does not
+  // hold (a pending purge's) are dropped. A target with unmapped blocks has held rows
+  // no entry names: the whole table is scanned for them.
+  struct Held {
+    BlockHash hash;
+    uint32_t parent_row;  // ParentOf(row)
+    uint32_t entry_end;   // its entries: [previous entry_end, entry_end) of `kept`
+    uint8_t tiers;
+  };
+  std::vector<Held> held;
+  std::vector<uint32_t> held_rows;  // held[i]'s row, apart: searched for parents
   held.reserve(t->block_count);
+  held_rows.reserve(t->block_count);
+  std::vector<uint32_t> kept;  // map slots of the entries of held rows, by row
+  kept.reserve(entries.size());
+  auto hold = [&](uint32_t r) {
+    const Row& row = x.rows.slot(r);
+    const uint32_t tiers = HolderTiers(x.Get(row.holders, id));
+    if (tiers == 0) return false;
+    held.push_back({row.hash, ParentOf(row), 0, static_cast<uint8_t>(tiers)});
+    held_rows.push_back(r);
+    return true;
+  };
   if (t->has_unmapped) {
-    x.rows.ForEach([&](uint32_t r) {
-      if (x.Get(x.rows.slot(r).holders, id) != 0) held.push_back(r);
-    });
+    x.rows.ForEach([&](uint32_t r) { hold(r); });
+    size_t k = 0;
+    for (size_t i = 0; i < held.size(); ++i) {
+      while (k < entries.size() && entries[k].row < held_rows[i]) ++k;
+      for (; k < entries.size() && entries[k].row == held_rows[i]; ++k) {
+        kept.push_back(entries[k].slot);
+      }
+      held[i].entry_end = static_cast<uint32_t>(kept.size());
+    }
   } else {
-    for (const auto& [row, e] : entries) {
-      if (held.empty() || held.back() != row) held.push_back(row);
+    // (Far ahead: an iteration is a few instructions, a miss ~100 ns.)
+    constexpr size_t kAhead = 64;
+    for (size_t k = 0; k < entries.size(); ++k) {
+      if (k + kAhead < entries.size()) __builtin_prefetch(&x.rows.slot(entries[k + kAhead].row));
+      const uint32_t r = entries[k].row;
+      const bool same = !held_rows.empty() && held_rows.back() == r;
+      // (Only a pending purge leaves entries whose row may be erased since.)
+      if (same || ((!t->purge_pending || x.HoldsRow(id, r)) && hold(r))) {
+        kept.push_back(entries[k].slot);
+        held.back().entry_end = static_cast<uint32_t>(kept.size());
+      }
     }
   }
   const size_t n = held.size();
-  constexpr uint32_t kNoLocal = UINT32_MAX;
-  // Each held block's parent among the held ones (local index), or kViewParentRoot /
-  // kViewParentUnknown.
+  // Each held block's parent among them (index into `held`), or kViewParentRoot /
+  // kViewParentUnknown (its parent row is not held by the target, or not known).
   std::vector<uint32_t> parent_of(n);
   for (size_t i = 0; i < n; ++i) {
-    const uint32_t p = ParentOf(x.rows.slot(held[i]));
+    const uint32_t p = held[i].parent_row;
     uint32_t local = kViewParentUnknown;
     if (p == kRoot) {
       local = kViewParentRoot;
-    } else if (IsRow(p)) {
-      auto it = std::lower_bound(held.begin(), held.end(), p);
-      if (it != held.end() && *it == p) local = static_cast<uint32_t>(it - held.begin());
+    } else if (IsRow(p) && n > 0) {
+      // Branch-free lower bound (the rows are ~random: a branchy search mispredicts).
+      const uint32_t* base = held_rows.data();
+      for (size_t len = n; len > 1;) {
+        const size_t half = len / 2;
+        base = base[half - 1] < p ? base + half : base;
+        len -= half;
+      }
+      if (*base == p) local = static_cast<uint32_t>(base - held_rows.data());
     }
     parent_of[i] = local;
   }
   // Parents first: from each block not yet emitted, up its chain to an emitted block
   // or the chain's start, then emitted top down. (A cycle, only possible with a hash
   // collision, is cut: the block met again gets an unknown parent.)
-  std::vector<uint32_t> out_index(n, kNoLocal);
+  constexpr uint32_t kNotYet = UINT32_MAX;
+  std::vector<uint32_t> out_index(n, kNotYet);
   std::vector<uint8_t> on_path(n, 0);
   std::vector<uint32_t> path;
   out.blocks.reserve(n);
-  out.engine_hashes.reserve(entries.size());
-  // Block i's entries: [entry_begin[i], entry_begin[i + 1]) (both sorted by row).
-  std::vector<uint32_t> entry_begin(n + 1);
-  for (size_t i = 0, k = 0; i <= n; ++i) {
-    while (k < entries.size() && (i == n || entries[k].first < held[i])) ++k;
-    entry_begin[i] = static_cast<uint32_t>(k);
-  }
+  out.engine_hashes.reserve(kept.size());
   for (size_t start = 0; start < n; ++start) {
-    if (out_index[start] != kNoLocal) continue;
+    if (out_index[start] != kNotYet) continue;
     path.clear();
-    uint32_t i = static_cast<uint32_t>(start);
-    uint32_t top_parent;
-    for (;;) {
+    uint32_t top_parent = kViewParentUnknown;
+    for (uint32_t i = static_cast<uint32_t>(start);;) {
       path.push_back(i);
       on_path[i] = 1;
       const uint32_t p = parent_of[i];
-      if (p == kViewParentRoot || p == kViewParentUnknown) {
-        top_parent = p;
+      if (p == kViewParentRoot || p == kViewParentUnknown || on_path[p]) {
+        top_parent = p == kViewParentRoot ? p : kViewParentUnknown;
         break;
       }
-      if (out_index[p] != kNoLocal) {
+      if (out_index[p] != kNotYet) {
         top_parent = out_index[p];
-        break;
-      }
-      if (on_path[p]) {
-        top_parent = kViewParentUnknown;
         break;
       }
       i = p;
@@ -2108,17 +2139,17 @@ void KvIndex::ExportView(TargetId id, TargetView& out) const {
       const uint32_t b = path[k];
       on_path[b] = 0;
       ViewBlock v;
-      const Row& row = x.rows.slot(held[b]);
-      v.router_hash = row.hash;
+      v.router_hash = held[b].hash;
       v.parent = k + 1 == path.size() ? top_parent : out_index[path[k + 1]];
-      v.tiers = static_cast<uint8_t>(HolderTiers(x.Get(row.holders, id)));
+      v.tiers = held[b].tiers;
       v.engine_begin = static_cast<uint32_t>(out.engine_hashes.size());
       uint32_t youngest = kEpochs - 1;
-      for (uint32_t k = entry_begin[b]; k < entry_begin[b + 1] && v.engine_count < 255;
-           ++k, ++v.engine_count) {
-        const EngineEntry& e = t->engine_map.slot(entries[k].second);
-        out.engine_hashes.push_back(e.key());
-        youngest = std::min(youngest, Impl::Age(*t, e.epoch()));
+      for (uint32_t e = b == 0 ? 0 : held[b - 1].entry_end; e < held[b].entry_end; ++e) {
+        const EngineEntry& entry = t->engine_map.slot(kept[e]);
+        if (v.engine_count == 255) break;  // (the format's limit: the rest are not kept)
+        out.engine_hashes.push_back(entry.key());
+        ++v.engine_count;
+        youngest = std::min(youngest, Impl::Age(*t, entry.epoch()));
       }
       v.recency = t->max_blocks == 0 || v.engine_count == 0 ? 0 : kEpochs - 1 - youngest;
       out_index[b] = static_cast<uint32_t>(out.blocks.size());
