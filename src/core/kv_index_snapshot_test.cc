@@ -417,5 +417,93 @@ TEST(KvIndexSnapshotTest, AForwardParentIsRefusedWithNothingApplied) {
   EXPECT_EQ(index.RestoreView(t + 1, good), RestoreStatus::kUnknownTarget);
 }
 
+// Views are untrusted input (a snapshot file; doc/snapshot.md §4.4): random views, some
+// malformed, are restored exactly or refused, and never leave the index inconsistent.
+TEST(KvIndexSnapshotTest, RandomViewsAreRestoredExactlyOrRefused) {
+  Rng rng{2026};
+  TargetView before;  // what the target holds before each attempt
+  before.blocks = {ViewBlock{.router_hash = 7, .parent = kViewParentRoot, .recency = 0,
+                             .engine_begin = 0, .engine_count = 1, .tiers = 1}};
+  before.engine_hashes = {70};
+  for (int trial = 0; trial < 3000; ++trial) {
+    SCOPED_TRACE(trial);
+    TargetView v;
+    v.max_blocks = rng.Uniform(3) == 0 ? 64 : 0;  // never below the view: no eviction
+    const size_t n = rng.Uniform(40);
+    bool structural = false, duplicate = false;
+    std::set<BlockHash> seen;
+    for (size_t i = 0; i < n; ++i) {
+      ViewBlock b;
+      // Router hashes rarely repeat; engine hashes often do (another block's).
+      b.router_hash = rng.Uniform(50) == 0 && i > 0 ? v.blocks[rng.Uniform(i)].router_hash
+                                                     : 1000 + rng.Next() % 1000000;
+      duplicate = duplicate || !seen.insert(b.router_hash).second;
+      const size_t kind = rng.Uniform(10);
+      b.parent = kind == 0 ? kViewParentUnknown
+                 : kind == 1 || i == 0
+                     ? kViewParentRoot
+                     : static_cast<uint32_t>(rng.Uniform(200) == 0 ? i + rng.Uniform(2)
+                                                                   : rng.Uniform(i));
+      structural = structural || (b.parent < kViewParentUnknown && b.parent >= i);
+      b.tiers = static_cast<uint8_t>(rng.Uniform(200) == 0 ? 8 * rng.Uniform(2) : 1 + rng.Uniform(7));
+      structural = structural || b.tiers == 0 || b.tiers > 7;
+      b.recency = static_cast<uint32_t>(rng.Uniform(40));
+      b.engine_count = static_cast<uint8_t>(rng.Uniform(4));
+      b.engine_begin = static_cast<uint32_t>(v.engine_hashes.size());
+      for (int k = 0; k < b.engine_count; ++k) v.engine_hashes.push_back(500 + rng.Uniform(200));
+      if (rng.Uniform(300) == 0) b.engine_begin += 1 + static_cast<uint32_t>(rng.Uniform(8));
+      v.blocks.push_back(b);
+    }
+    for (const ViewBlock& b : v.blocks) {
+      structural = structural || size_t{b.engine_begin} + b.engine_count > v.engine_hashes.size();
+    }
+    KvIndex index;
+    const TargetId t = index.AddTarget({"w", 0}, kBs);
+    ASSERT_EQ(index.RestoreView(t, before), RestoreStatus::kOk);
+    const RestoreStatus status = index.RestoreView(t, v);
+    TargetView now;
+    index.ExportView(t, now);
+    if (structural) {
+      ASSERT_EQ(status, RestoreStatus::kCorrupt);
+      EXPECT_EQ(Canonical(now), Canonical(before));
+    } else if (duplicate) {
+      ASSERT_EQ(status, RestoreStatus::kCorrupt);
+      EXPECT_TRUE(now.blocks.empty());
+      EXPECT_EQ(index.DistinctHashCount(), 0u);
+    } else {
+      ASSERT_EQ(status, RestoreStatus::kOk);
+      // What the view says, as the index keeps it: an engine hash named by two blocks
+      // maps to the later one; recency is 0..31 (0 when unbounded or unmapped).
+      TargetView want = v;
+      std::map<BlockHash, size_t> owner;
+      for (size_t i = 0; i < v.blocks.size(); ++i) {
+        for (int k = 0; k < v.blocks[i].engine_count; ++k) {
+          owner[v.engine_hashes[v.blocks[i].engine_begin + k]] = i;
+        }
+      }
+      want.engine_hashes.clear();
+      for (size_t i = 0; i < v.blocks.size(); ++i) {
+        ViewBlock& b = want.blocks[i];
+        b.engine_begin = static_cast<uint32_t>(want.engine_hashes.size());
+        std::set<BlockHash> mine;
+        for (int k = 0; k < v.blocks[i].engine_count; ++k) {
+          const BlockHash e = v.engine_hashes[v.blocks[i].engine_begin + k];
+          if (owner[e] == i) mine.insert(e);
+        }
+        want.engine_hashes.insert(want.engine_hashes.end(), mine.begin(), mine.end());
+        b.engine_count = static_cast<uint8_t>(mine.size());
+        b.recency = v.max_blocks == 0 || mine.empty() ? 0 : std::min<uint32_t>(b.recency, 31);
+      }
+      EXPECT_EQ(Canonical(now), Canonical(want));
+      EXPECT_EQ(index.IsPrefixClosed(t), ClosedView(v));
+      EXPECT_EQ(index.BlockCount(t), v.blocks.size());
+    }
+    index.ApplyCleared(t);
+    EXPECT_EQ(index.EntryCount(), 0u);
+    EXPECT_EQ(index.DistinctHashCount(), 0u);
+    EXPECT_EQ(index.MappedEngineHashCount(t), 0u);
+  }
+}
+
 }  // namespace
 }  // namespace infera::core::snapshot_test
