@@ -2,6 +2,7 @@
 // target's view as plain data, RestoreView rebuilds it; Reserve/ReserveTarget size the
 // tables for a restore; the move operations swap a staging index in.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -43,6 +44,37 @@ void KvIndex::ReserveTarget(TargetId id, size_t entries) {
   if (entries > have) t->engine_map.Reserve(entries - have, nullptr);
 }
 
+namespace {
+
+// Row index -> block index for one export: open addressing over a power of two of at
+// least twice the rows, one 64-bit cell each (0 = empty).
+class LocalRows {
+ public:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  explicit LocalRows(size_t rows) : cells_(std::bit_ceil(2 * rows + 16), 0) {
+    mask_ = cells_.size() - 1;
+  }
+  void Insert(uint32_t row, uint32_t value) {
+    size_t i = Home(row);
+    while (cells_[i] != 0) i = (i + 1) & mask_;
+    cells_[i] = (uint64_t{row} + 1) << 32 | value;
+  }
+  uint32_t Find(uint32_t row) const {
+    const uint64_t key = uint64_t{row} + 1;
+    for (size_t i = Home(row);; i = (i + 1) & mask_) {
+      if (cells_[i] == 0) return kNone;
+      if (cells_[i] >> 32 == key) return static_cast<uint32_t>(cells_[i]);
+    }
+  }
+
+ private:
+  size_t Home(uint32_t row) const { return (uint64_t{row} * 0x9E3779B97F4A7C15ull >> 32) & mask_; }
+  std::vector<uint64_t> cells_;
+  size_t mask_ = 0;
+};
+
+}  // namespace
+
 void KvIndex::ExportView(TargetId id, TargetView& out) const {
   out.clear();
   const Impl& x = *impl_;
@@ -52,83 +84,63 @@ void KvIndex::ExportView(TargetId id, TargetView& out) const {
   out.evicted_blocks = t->evicted;
   out.evicted_since_clear = t->evicted_since_clear;
   out.epoch_stored = t->max_blocks == 0 ? 0 : static_cast<uint32_t>(t->epoch_stored);
-  // The engine map's entries by row (the map alone: no row read yet).
-  struct Entry {
-    uint32_t row, slot;
-    bool operator<(const Entry& o) const { return row < o.row || (row == o.row && slot < o.slot); }
-  };
-  std::vector<Entry> entries;
-  entries.reserve(t->engine_map.size());
-  t->engine_map.ForEach([&](uint32_t e) { entries.push_back({t->engine_map.slot(e).row(), e}); });
-  std::sort(entries.begin(), entries.end());
-  // The held blocks, by row: each row read once (prefetched ahead: every row is a
-  // miss in a table far larger than the cache). Entries whose row the target does not
-  // hold (a pending purge's) are dropped. A target with unmapped blocks has held rows
-  // no entry names: the whole table is scanned for them.
+  // The held blocks in the engine map's order, each row read once (prefetched far
+  // ahead: every row is a miss in a table far larger than the cache; an iteration is a
+  // few instructions), found again through a small local table row -> block. Entries
+  // whose row the target does not hold (a pending purge's) are dropped. A target with
+  // unmapped blocks has held rows no entry names: the row table is scanned for them.
   struct Held {
     BlockHash hash;
     uint32_t parent_row;  // ParentOf(row)
-    uint32_t entry_end;   // its entries: [previous entry_end, entry_end) of `kept`
     uint8_t tiers;
   };
   std::vector<Held> held;
-  std::vector<uint32_t> held_rows;  // held[i]'s row, apart: searched for parents
   held.reserve(t->block_count);
-  held_rows.reserve(t->block_count);
-  std::vector<uint32_t> kept;  // map slots of the entries of held rows, by row
-  kept.reserve(entries.size());
+  LocalRows local(t->block_count);
   auto hold = [&](uint32_t r) {
     const Row& row = x.rows.slot(r);
     const uint32_t tiers = HolderTiers(x.Get(row.holders, id));
-    if (tiers == 0) return false;
-    held.push_back({row.hash, ParentOf(row), 0, static_cast<uint8_t>(tiers)});
-    held_rows.push_back(r);
-    return true;
+    if (tiers == 0) return LocalRows::kNone;
+    held.push_back({row.hash, ParentOf(row), static_cast<uint8_t>(tiers)});
+    const uint32_t i = static_cast<uint32_t>(held.size() - 1);
+    local.Insert(r, i);
+    return i;
   };
-  if (t->has_unmapped) {
-    x.rows.ForEach([&](uint32_t r) { hold(r); });
-    size_t k = 0;
-    for (size_t i = 0; i < held.size(); ++i) {
-      while (k < entries.size() && entries[k].row < held_rows[i]) ++k;
-      for (; k < entries.size() && entries[k].row == held_rows[i]; ++k) {
-        kept.push_back(entries[k].slot);
-      }
-      held[i].entry_end = static_cast<uint32_t>(kept.size());
+  if (t->has_unmapped) x.rows.ForEach([&](uint32_t r) { hold(r); });
+  const EngineMap& map = t->engine_map;
+  std::vector<std::pair<uint32_t, uint32_t>> mapped;  // (map slot, block)
+  mapped.reserve(map.size());
+  constexpr uint32_t kAhead = 64;
+  for (uint32_t e = 0; e < map.capacity(); ++e) {
+    if (e + kAhead < map.capacity() && map.full(e + kAhead)) {
+      __builtin_prefetch(&x.rows.slot(map.slot(e + kAhead).row()));
     }
-  } else {
-    // (Far ahead: an iteration is a few instructions, a miss ~100 ns.)
-    constexpr size_t kAhead = 64;
-    for (size_t k = 0; k < entries.size(); ++k) {
-      if (k + kAhead < entries.size()) __builtin_prefetch(&x.rows.slot(entries[k + kAhead].row));
-      const uint32_t r = entries[k].row;
-      const bool same = !held_rows.empty() && held_rows.back() == r;
-      // (Only a pending purge leaves entries whose row may be erased since.)
-      if (same || ((!t->purge_pending || x.HoldsRow(id, r)) && hold(r))) {
-        kept.push_back(entries[k].slot);
-        held.back().entry_end = static_cast<uint32_t>(kept.size());
-      }
+    if (!map.full(e)) continue;
+    const uint32_t r = map.slot(e).row();
+    uint32_t i = local.Find(r);
+    // (Only a pending purge leaves entries whose row may be erased since.)
+    if (i == LocalRows::kNone && !t->has_unmapped && (!t->purge_pending || x.HoldsRow(id, r))) {
+      i = hold(r);
     }
+    if (i != LocalRows::kNone) mapped.emplace_back(e, i);
   }
   const size_t n = held.size();
-  // Each held block's parent among them (index into `held`), or kViewParentRoot /
-  // kViewParentUnknown (its parent row is not held by the target, or not known).
+  // Block i's entries: kept[first[i] .. first[i + 1]) (a counting sort by block).
+  std::vector<uint32_t> first(n + 1, 0);
+  for (const auto& [e, i] : mapped) ++first[i + 1];
+  for (size_t i = 0; i < n; ++i) first[i + 1] += first[i];
+  std::vector<uint32_t> kept(mapped.size());
+  {
+    std::vector<uint32_t> fill(first.begin(), first.end() - 1);
+    for (const auto& [e, i] : mapped) kept[fill[i]++] = e;
+  }
+  // Each held block's parent among them, or kViewParentRoot / kViewParentUnknown (its
+  // parent row is not held by the target, or not known).
   std::vector<uint32_t> parent_of(n);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t p = held[i].parent_row;
-    uint32_t local = kViewParentUnknown;
-    if (p == kRoot) {
-      local = kViewParentRoot;
-    } else if (IsRow(p) && n > 0) {
-      // Branch-free lower bound (the rows are ~random: a branchy search mispredicts).
-      const uint32_t* base = held_rows.data();
-      for (size_t len = n; len > 1;) {
-        const size_t half = len / 2;
-        base = base[half - 1] < p ? base + half : base;
-        len -= half;
-      }
-      if (*base == p) local = static_cast<uint32_t>(base - held_rows.data());
-    }
-    parent_of[i] = local;
+    const uint32_t at = IsRow(p) ? local.Find(p) : LocalRows::kNone;
+    parent_of[i] = p == kRoot ? kViewParentRoot : at == LocalRows::kNone ? kViewParentUnknown : at;
   }
   // Parents first: from each block not yet emitted, up its chain to an emitted block
   // or the chain's start, then emitted top down. (A cycle, only possible with a hash
@@ -166,7 +178,7 @@ void KvIndex::ExportView(TargetId id, TargetView& out) const {
       v.tiers = held[b].tiers;
       v.engine_begin = static_cast<uint32_t>(out.engine_hashes.size());
       uint32_t youngest = kEpochs - 1;
-      for (uint32_t e = b == 0 ? 0 : held[b - 1].entry_end; e < held[b].entry_end; ++e) {
+      for (uint32_t e = first[b]; e < first[b + 1]; ++e) {
         const EngineEntry& entry = t->engine_map.slot(kept[e]);
         if (v.engine_count == 255) break;  // (the format's limit: the rest are not kept)
         out.engine_hashes.push_back(entry.key());

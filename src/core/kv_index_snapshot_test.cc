@@ -505,5 +505,33 @@ TEST(KvIndexSnapshotTest, RandomViewsAreRestoredExactlyOrRefused) {
   }
 }
 
+// A removal in pieces leaves the purge of a removed block's aliases pending: an export
+// then leaves those stale engine hashes out (they name a row the target no longer
+// holds), and the restored view equals the original once its purge is done.
+TEST(KvIndexSnapshotTest, AnExportDuringAPendingPurgeLeavesStaleAliasesOut) {
+  Fleet fleet;
+  fleet.kinds = {Kind::kAliased};
+  fleet.models.resize(1);
+  KvIndex index;
+  const TargetId t = index.AddTarget({"w", 0}, kBs);
+  fleet.Store(index, t, 0, 0, 3, Tier::kDevice);
+  fleet.Store(index, t, 0, 0, 3, Tier::kDevice, /*alias=*/1);
+  ASSERT_EQ(index.MappedEngineHashCount(t), 6u);
+  const BlockHash gone[] = {EngineHash(t, fleet.chains[0][2])};
+  ASSERT_EQ(index.ApplyRemovedPart(t, gone, Tier::kDevice).removed, 1u);
+  ASSERT_TRUE(index.HasPendingWork(t));
+  TargetView view;
+  index.ExportView(t, view);
+  ASSERT_EQ(view.blocks.size(), 2u);
+  EXPECT_EQ(view.engine_hashes.size(), 4u);
+  for (BlockHash e : view.engine_hashes) EXPECT_NE(e, EngineHash(t, fleet.chains[0][2], 1));
+  KvIndex restored;
+  const TargetId r = restored.AddTarget({"w", 0}, kBs);
+  ASSERT_EQ(restored.RestoreView(r, view), RestoreStatus::kOk);
+  while (index.DoPendingWork(t, 16) > 0) {
+  }
+  ExpectSameViews(index, restored, "after the purge");
+}
+
 }  // namespace
 }  // namespace infera::core::snapshot_test
