@@ -9,6 +9,7 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
+#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -35,14 +36,17 @@ constexpr size_t kBlockFixedBytes = 8 + 4 + 1 + 1 + 4;
 constexpr uint8_t kRecordComplete = 1;
 constexpr uint8_t kRecordHasPosition = 2;
 constexpr uint8_t kRecordEvictedSinceClear = 4;
+static_assert(std::endian::native == std::endian::little, "the file is little-endian");
 
 void Put(std::string& out, uint64_t v, size_t bytes) {
-  for (size_t i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+  out.append(reinterpret_cast<const char*>(&v), bytes);  // little-endian host (below)
 }
 
+// A little-endian field of `bytes` (<= 8) bytes: one unaligned load (the restore of
+// 10M blocks reads ~260 MB through here).
 uint64_t Get(const uint8_t* p, size_t bytes) {
   uint64_t v = 0;
-  for (size_t i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  std::memcpy(&v, p, bytes);
   return v;
 }
 
@@ -253,19 +257,17 @@ absl::Status SnapshotWriter::AddRecord(const SnapshotRecord& r) {
   Put(out, r.position.last_payload_xxh3, 8);
   Put(out, r.position.stream_seq, 8);
   Put(out, r.view.blocks.size(), 4);
-  absl::Status status = Append(out.data(), out.size());
+  out.reserve(out.size() + r.view.blocks.size() * 18 + r.view.engine_hashes.size() * 8);
   for (const core::ViewBlock& b : r.view.blocks) {
-    if (!status.ok()) return status;
-    out.clear();
     Put(out, b.router_hash, 8);
     Put(out, b.parent, 4);
     Put(out, b.tiers, 1);
     Put(out, b.engine_count, 1);
     Put(out, b.recency, 4);
-    for (uint32_t e = 0; e < b.engine_count; ++e)
-      Put(out, r.view.engine_hashes[b.engine_begin + e], 8);
-    status = Append(out.data(), out.size());
+    out.append(reinterpret_cast<const char*>(r.view.engine_hashes.data() + b.engine_begin),
+               8 * size_t{b.engine_count});
   }
+  absl::Status status = Append(out.data(), out.size());
   blocks_ += r.view.blocks.size();
   ++targets_;
   return status;
@@ -524,6 +526,7 @@ void SnapshotReader::ReadRecord(size_t i, SnapshotRecord& out) const {
   size_t count = Get(f + 49, 4);
   const uint8_t* p = f + kRecordFixedBytes;
   out.view.blocks.reserve(count);
+  out.view.engine_hashes.reserve(count);
   for (size_t b = 0; b < count; ++b) {
     core::ViewBlock v{};
     v.router_hash = Get(p, 8);
