@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <random>
 #include <stdexcept>
 #include <zmq.hpp>
@@ -345,7 +346,10 @@ void KvEventIngestor::DrainCommands(std::vector<std::shared_ptr<Conn>>& conns) {
         Conn& c = *cmd.conn;
         c.replay_from = c.verifying ? *c.seq.last() : 0;
         if (c.sub) {
-          QueueReplay(c);
+          // Started at the end of this round (StartWaitingReplays): opening thousands
+          // of targets' sockets first must not eat into the replays' deadlines.
+          c.replay_waiting = true;
+          (c.verifying ? waiting_verifies_ : waiting_replays_).push_back(&c);
         } else {
           c.verifying = false;
           EndInitialReplay(c);
@@ -532,6 +536,15 @@ void KvEventIngestor::StartReplay(Conn& c) {
         c.replay->send(zmq::buffer(start), zmq::send_flags::dontwait);
     if (!sent) FinishReplay(c, /*ok=*/false);
   } catch (const zmq::error_t& e) {
+    if (e.num() == EMFILE && c.replay == nullptr) {
+      // Out of descriptors for a moment (closed replay sockets not reaped yet, 64
+      // verify replays at once): wait for a slot again rather than fail the replay.
+      counters_.replays.fetch_sub(1, std::memory_order_relaxed);
+      c.replay_waiting = true;
+      (c.verifying ? waiting_verifies_ : waiting_replays_).push_front(&c);
+      replay_pause_until_ns_ = clock_.NowNs() + kReplayPauseNs;
+      return;
+    }
     log_.Warn("kv events: replay failed|" + c.spec.key.ToString(),
               "kv events: replay from {} failed: {}", c.spec.replay_endpoint, e.what());
     FinishReplay(c, /*ok=*/false);
@@ -628,12 +641,15 @@ void KvEventIngestor::FinishReplay(Conn& c, bool ok) {
 }
 
 void KvEventIngestor::StartWaitingReplays() {
-  while (active_replays_ < options_.max_concurrent_replays && !waiting_replays_.empty()) {
+  if (clock_.NowNs() < replay_pause_until_ns_) return;
+  while (active_replays_ < options_.max_concurrent_replays && !waiting_replays_.empty() &&
+         clock_.NowNs() >= replay_pause_until_ns_) {
     Conn* c = waiting_replays_.front();
     waiting_replays_.pop_front();
     if (c->replay_waiting) StartReplay(*c);
   }
-  while (active_verifies_ < options_.max_concurrent_verify_replays && !waiting_verifies_.empty()) {
+  while (active_verifies_ < options_.max_concurrent_verify_replays && !waiting_verifies_.empty() &&
+         clock_.NowNs() >= replay_pause_until_ns_) {
     Conn* c = waiting_verifies_.front();
     waiting_verifies_.pop_front();
     if (c->replay_waiting) StartReplay(*c);
@@ -685,7 +701,7 @@ bool KvEventIngestor::SlotFree(const Conn& c) const {
 }
 
 void KvEventIngestor::QueueReplay(Conn& c) {
-  if (SlotFree(c)) {
+  if (SlotFree(c) && clock_.NowNs() >= replay_pause_until_ns_) {
     StartReplay(c);
     return;
   }

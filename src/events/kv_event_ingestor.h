@@ -276,6 +276,9 @@ class KvEventIngestor final : public KvEventSource {
   int active_replays_ = 0;
   std::deque<Conn*> waiting_replays_;  // owned by RunLoop's list; removed with it
   int active_verifies_ = 0;
+  // After a replay socket could not be made (EMFILE): no new replay before this.
+  static constexpr int64_t kReplayPauseNs = 20'000'000;
+  int64_t replay_pause_until_ns_ = 0;
   std::deque<Conn*> waiting_verifies_;
 
   // Snapshots: the writer (null when off), the targets of the export in progress
