@@ -11,6 +11,10 @@ infera-router with --kv-snapshot-path in a temp dir. Bounded polls only.
                   the snapshot came through the verify replay)
   --case refused  a flipped byte, then another --kv-snapshot-fleet: each refusal is
                   logged and counted and the router still gets ready (full replay)
+  --case sigterm  --kv-snapshot-interval-s 0 (no periodic snapshot): SIGTERM writes the
+                  final one (created after the last request), the router exits 0; the
+                  restart loads it and needs no batch beyond it (verify ok, one
+                  replayed batch per target: the record's own)
 """
 import argparse
 import os
@@ -78,7 +82,11 @@ def case_warm(procs, tmp):
     check(os.path.getsize(path) > 128 + 48, f"snapshot written ({os.path.getsize(path)} bytes)")
     nt.traffic(base, 8, 4)  # after the snapshot: must come back through the verify replay
     wait_views(base, engines, "views warm after more traffic")
+    stale = path + ".tmp.4194303"  # above pid_max's default: no such process
+    with open(stale, "wb") as f:  # the debris of a kill -9 during a write
+        f.write(b"partial")
     router, base, ms, seen = restart(procs, router, workers, extra, "router2")
+    check(not os.path.exists(stale), "the stale temp file was removed at start")
     router.wait_line(r"kv-snapshot: loaded .*")
     check(labeled(base, "infera_router_kv_snapshot_loads_total", "result", "loaded") == 1,
           "the snapshot was loaded")
@@ -127,17 +135,43 @@ def case_refused(procs, tmp):
     wait_views(base, engines, "views rebuilt by the full replay")
 
 
+def case_sigterm(procs, tmp):
+    engines, workers, path, extra = setup(procs, tmp)
+    extra = ["--kv-snapshot-path", path, "--kv-snapshot-interval-s", "0"]
+    router, base = start_router(procs, ARGS.router, workers, *extra, name="router1", ready=False)
+    nt.traffic(base, 0, 8)
+    wait_views(base, engines, "views warm")
+    last_request = time.time()
+    check(not os.path.exists(path), "no periodic snapshot with --kv-snapshot-interval-s 0")
+    router.p.terminate()
+    check(router.p.wait(timeout=40) == 0, "SIGTERM: the router exits 0")
+    check(os.path.exists(path), "SIGTERM wrote the final snapshot")
+    with open(path, "rb") as f:
+        created_ms = int.from_bytes(f.read(24)[16:24], "little")
+    check(created_ms / 1000 >= last_request - 1, "the final snapshot was taken after the traffic")
+    t0 = time.time()
+    router, base = start_router(procs, ARGS.router, workers, *extra, name="router2", ready=False)
+    nt.wait_ready(router, base, t0)
+    check(labeled(base, "infera_router_kv_snapshot_verify_total", "result", "ok") == len(engines),
+          "every restored view verified ok")
+    applied = nt.metric(base, "infera_kv_events_batches_total")
+    check(applied == 0, f"no batch beyond the snapshot was applied ({applied:.0f})")
+    check(nt.metric(base, "infera_kv_events_resyncs_total") == 0, "no view was rebuilt")
+    wait_views(base, engines, "restored views equal the engines' dumps")
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()
     ap.add_argument("--router", required=True)
     ap.add_argument("--engine", required=True)
-    ap.add_argument("--case", choices=["warm", "refused"], required=True)
+    ap.add_argument("--case", choices=["warm", "refused", "sigterm"], required=True)
     ARGS = ap.parse_args()
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="infera-snap-") as tmp, \
             Processes(log_dir=os.environ.get("INFERA_TEST_LOG_DIR")) as procs:
-        {"warm": case_warm, "refused": case_refused}[ARGS.case](procs, tmp)
+        {"warm": case_warm, "refused": case_refused, "sigterm": case_sigterm}[ARGS.case](
+            procs, tmp)
     print(f"all passed in {time.time() - t0:.1f} s", flush=True)
 
 
