@@ -18,6 +18,11 @@
 //     (sequence back to 0, or a reconnect after which the stream does not continue),
 //     or a BlockStored names a parent the view must know but does not.
 //
+// Snapshots (doc/snapshot.md; IngestorOptions::snapshot): the same thread exports the
+// views step by step between epoll rounds under the shared lock (a writer thread
+// writes the file), and a target restored from a snapshot is verified by a replay from
+// its record's seq instead of a replay from 0.
+//
 // Concurrency (doc/kv-events.md "Concurrency"): the index lives in a SharedKvIndex (the
 // router's, or one the ingestor owns) behind a writer-priority reader/writer lock. The
 // ingestion thread decodes outside the lock and applies one batch at a time under a
