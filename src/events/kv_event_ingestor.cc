@@ -106,9 +106,10 @@ KvEventIngestor::KvEventIngestor(IngestorOptions options)
 }
 
 void KvEventIngestor::InitSnapshots() {
-  if (options_.restored != nullptr) {
+  if (options_.restored != nullptr && !options_.restored->empty()) {
     base::MutexLock lock(registry_mu_);
     restored_ = *options_.restored;
+    unclaimed_deadline_ns_ = clock_.NowNs() + options_.unclaimed_after_ms * 1'000'000;
   }
   if (!options_.snapshot.enabled()) return;
   auto stats = options_.snapshot_stats;
@@ -278,6 +279,7 @@ void KvEventIngestor::RunLoop() {
       }
     }
     StartWaitingReplays();
+    if (unclaimed_deadline_ns_ >= 0 && clock_.NowNs() >= unclaimed_deadline_ns_) DropUnclaimed();
     if (snapshotter_ != nullptr && SnapshotStep(conns)) break;  // final snapshot: stop
   }
   for (const auto& c : conns) {
@@ -693,6 +695,25 @@ void KvEventIngestor::ClaimRestored(Conn& c, const RestoredTarget& record) {
     c.initial_replay = true;
     initial_replays_pending_.fetch_add(1);
   }
+}
+
+void KvEventIngestor::DropUnclaimed() {
+  unclaimed_deadline_ns_ = -1;
+  RestoredTargets unclaimed;
+  {
+    base::MutexLock lock(registry_mu_);
+    unclaimed.swap(restored_);
+    WriterLock index_lock(index_mu_);
+    for (const auto& [name, record] : unclaimed) {
+      if (std::optional<core::TargetId> id = index_.FindTarget(record.key)) {
+        index_.RemoveTarget(*id);
+      }
+    }
+  }
+  if (unclaimed.empty()) return;
+  if (options_.snapshot_stats) options_.snapshot_stats->refused_unclaimed.fetch_add(unclaimed.size());
+  spdlog::info("kv-snapshot: {} restored target(s) not added by discovery within {} ms: dropped",
+               unclaimed.size(), options_.unclaimed_after_ms);
 }
 
 bool KvEventIngestor::SlotFree(const Conn& c) const {

@@ -134,6 +134,9 @@ struct IngestorOptions {
   std::shared_ptr<KvSnapshotStats> snapshot_stats = nullptr;
   std::shared_ptr<const RestoredTargets> restored = nullptr;
   int max_concurrent_verify_replays = 64;  // verify replays, apart from the gap replays
+  // Restored targets discovery has not added this long after the ingestor started are
+  // removed from the index (refused_targets_total{reason="unclaimed"}, §6.1 step 5).
+  int64_t unclaimed_after_ms = 10'000;
 };
 
 // What the ingestor knows of one target (admin views, tests).
@@ -256,6 +259,7 @@ class KvEventIngestor final : public KvEventSource {
   bool SlotFree(const Conn& c) const;
   void QueueReplay(Conn& c);
   void ReleaseSlot(Conn& c);
+  void DropUnclaimed();
 
   const IngestorOptions options_;
   KvEventCounters counters_;
@@ -293,6 +297,7 @@ class KvEventIngestor final : public KvEventSource {
   size_t export_next_ = 0;
   uint64_t instance_ = 0;
   RestoredTargets restored_ ABSL_GUARDED_BY(registry_mu_);
+  int64_t unclaimed_deadline_ns_ = -1;  // ingestion thread; -1: nothing restored left
   std::atomic<bool> final_requested_{false};
   std::mutex final_mu_;
   std::condition_variable final_cv_;

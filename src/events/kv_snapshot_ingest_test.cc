@@ -175,5 +175,25 @@ TEST_F(SnapshotIngest, WithoutAReplaySocketTheFirstLiveSeqDecides) {
   }
 }
 
+TEST_F(SnapshotIngest, RecordsDiscoveryNeverAddsAreDropped) {
+  auto pub = SnapPublisher();
+  FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
+  for (int i = 0; i < 5; ++i) pub->Publish(engine.NextBatch());
+  WriteSnapshot(*pub, engine.TruthRouterHashes());
+  SharedKvIndex index;
+  auto stats = std::make_shared<KvSnapshotStats>();
+  auto restored = std::make_shared<RestoredTargets>(
+      LoadKvSnapshot(options_, SnapshotTransport::kZmq, index, *stats));
+  EXPECT_EQ(SharedView(index, {"engine:1", 0}).size(), engine.TruthRouterHashes().size());
+  KvEventIngestor ing(index, IngestorOptions{.replay_on_add = true,
+                                             .snapshot_stats = stats,
+                                             .restored = restored,
+                                             .unclaimed_after_ms = 1});
+  ASSERT_TRUE(WaitFor([&] { return stats->refused_unclaimed.load() == 1; }));
+  EXPECT_FALSE(index.WithIndex([](const core::KvIndex& i) {
+    return i.FindTarget({"engine:1", 0}).has_value();
+  }));
+}
+
 }  // namespace
 }  // namespace infera::events

@@ -61,7 +61,7 @@ uint64_t BuildStaging(const SnapshotReader& reader, core::KvIndex& staging,
       continue;
     }
     blocks += record.view.blocks.size();
-    restored[record.key.ToString()] = {record.block_size, record.position};
+    restored[record.key.ToString()] = {record.key, record.block_size, record.position};
   }
   return blocks;
 }

@@ -64,6 +64,7 @@ std::string_view VerifyResultName(VerifyResult result);
 
 // A restored target's record, waiting for discovery to add it (§6.1 step 4).
 struct RestoredTarget {
+  core::TargetKey key;
   uint32_t block_size = 0;
   SnapshotPosition position;
 };
