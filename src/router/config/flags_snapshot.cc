@@ -64,7 +64,11 @@ absl::Status ResolveKvSnapshot(RouterFlags& f, const ConfigSources&) {
   if (o.fleet_id.empty() || o.fleet_id.size() > 255) {
     return FlagError("--kv-snapshot-fleet must be 1 to 255 bytes");
   }
-  if (o.enabled()) {
+  if (o.enabled() && f.kv_transport != "zmq") {
+    spdlog::warn("kv-snapshot: --kv-snapshot-path is built for --kv-event-transport zmq only; "
+                 "with {} no snapshot is written or loaded",
+                 f.kv_transport);
+  } else if (o.enabled()) {
     spdlog::info("kv-snapshot: fleet {} ({})", o.fleet_id, o.fleet_derived ? "derived" : "flag");
   }
   return absl::OkStatus();
