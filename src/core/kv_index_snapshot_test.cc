@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/clock.h"
@@ -65,7 +66,8 @@ struct Fleet {
   };
   std::vector<Model> models;
 
-  Fleet() {
+  explicit Fleet(std::vector<Kind> target_kinds)
+      : kinds(std::move(target_kinds)), models(kinds.size()) {
     for (size_t p = 0; p < kPrompts; ++p) {
       tokens.push_back(PromptTokens(p));
       chains.push_back(HashChain(tokens.back(), kBs));
@@ -265,10 +267,8 @@ void CopyByExport(const KvIndex& from, KvIndex& to) {
 TEST(KvIndexSnapshotTest, RoundTrip) {
   for (uint64_t seed : {1u, 2u, 3u}) {
     SCOPED_TRACE(seed);
-    Fleet fleet;
-    fleet.kinds = {Kind::kPlain,   Kind::kPlain,  Kind::kPlain,    Kind::kPlain,
-                   Kind::kBounded, Kind::kAliased, Kind::kOrphan, Kind::kUnmapped};
-    fleet.models.resize(fleet.kinds.size());
+    Fleet fleet({Kind::kPlain, Kind::kPlain, Kind::kPlain, Kind::kPlain, Kind::kBounded,
+                 Kind::kAliased, Kind::kOrphan, Kind::kUnmapped});
     KvIndex original;
     for (size_t t = 0; t < fleet.kinds.size(); ++t) {
       ASSERT_EQ(original.AddTarget({Worker(t), static_cast<uint32_t>(t % 2)}, kBs), t);
@@ -334,9 +334,7 @@ TEST(KvIndexSnapshotTest, RoundTrip) {
 }
 
 TEST(KvIndexSnapshotTest, StagingIndexOfSharedBlocksMovedInEqualsTheEventBuiltOne) {
-  Fleet fleet;
-  fleet.kinds.assign(6, Kind::kPlain);
-  fleet.models.resize(fleet.kinds.size());
+  Fleet fleet(std::vector<Kind>(6, Kind::kPlain));
   KvIndex events;
   for (size_t t = 0; t < fleet.kinds.size(); ++t) events.AddTarget({Worker(t), 0}, kBs);
   Rng rng{42};
@@ -361,9 +359,7 @@ TEST(KvIndexSnapshotTest, StagingIndexOfSharedBlocksMovedInEqualsTheEventBuiltOn
 }
 
 TEST(KvIndexSnapshotTest, AForwardParentIsRefusedWithNothingApplied) {
-  Fleet fleet;
-  fleet.kinds = {Kind::kPlain};
-  fleet.models.resize(1);
+  Fleet fleet({Kind::kPlain});
   KvIndex index;
   const TargetId t = index.AddTarget({"w", 0}, kBs);
   fleet.Store(index, t, 0, 0, 6, Tier::kDevice);
@@ -509,9 +505,7 @@ TEST(KvIndexSnapshotTest, RandomViewsAreRestoredExactlyOrRefused) {
 // then leaves those stale engine hashes out (they name a row the target no longer
 // holds), and the restored view equals the original once its purge is done.
 TEST(KvIndexSnapshotTest, AnExportDuringAPendingPurgeLeavesStaleAliasesOut) {
-  Fleet fleet;
-  fleet.kinds = {Kind::kAliased};
-  fleet.models.resize(1);
+  Fleet fleet({Kind::kAliased});
   KvIndex index;
   const TargetId t = index.AddTarget({"w", 0}, kBs);
   fleet.Store(index, t, 0, 0, 3, Tier::kDevice);
