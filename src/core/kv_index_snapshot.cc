@@ -31,6 +31,7 @@ KvIndex& KvIndex::operator=(KvIndex&& other) noexcept {
 void KvIndex::Reserve(size_t rows) {
   ++impl_->generation;
   const size_t have = impl_->rows.size();
+  impl_->rows_floor = rows > have ? rows : 0;
   if (rows > have) impl_->ReserveRows(rows - have);
 }
 

@@ -16,6 +16,7 @@
 #include "core/clock.h"
 #include "core/hashing.h"
 #include "core/kv_index.h"
+#include "core/open_table.h"
 
 namespace infera::core::snapshot_test {
 namespace {
@@ -525,6 +526,43 @@ TEST(KvIndexSnapshotTest, AnExportDuringAPendingPurgeLeavesStaleAliasesOut) {
   while (index.DoPendingWork(t, 16) > 0) {
   }
   ExpectSameViews(index, restored, "after the purge");
+}
+
+// A staging build reserves the row table once; a record refused and removed on the way
+// (the table momentarily empty) does not give the reservation back.
+TEST(KvIndexSnapshotTest, ARefusedRecordKeepsTheReservedRowTable) {
+  Fleet fleet({Kind::kPlain, Kind::kPlain});
+  KvIndex events;
+  for (size_t t = 0; t < 2; ++t) {
+    events.AddTarget({Worker(t), 0}, kBs);
+    fleet.Store(events, t, t, 0, kPromptLen, Tier::kDevice);
+  }
+  KvIndex staging;
+  const size_t mapped_before = open_table_mapped_bytes.load();
+  staging.Reserve(1'000'000);  // 16 MB of slots: mapped by the table itself
+  const size_t reserved = open_table_mapped_bytes.load() - mapped_before;
+  ASSERT_GT(reserved, 0u);
+  TargetView bad;
+  bad.blocks = {ViewBlock{.router_hash = 5, .parent = kViewParentRoot, .tiers = 1},
+                ViewBlock{.router_hash = 5, .parent = 0, .tiers = 1}};
+  const TargetId refused = staging.AddTarget({"refused", 0}, kBs);
+  ASSERT_EQ(staging.RestoreView(refused, bad), RestoreStatus::kCorrupt);
+  staging.RemoveTarget(refused);
+  EXPECT_EQ(open_table_mapped_bytes.load() - mapped_before, reserved);
+  TargetView view;
+  for (TargetId id : events.Targets()) {
+    const TargetId t = staging.AddTarget(events.Key(id), kBs);
+    events.ExportView(id, view);
+    ASSERT_EQ(staging.RestoreView(t, view), RestoreStatus::kOk);
+    staging.ApplyCleared(t);  // (empty again: still reserved)
+    EXPECT_EQ(open_table_mapped_bytes.load() - mapped_before, reserved);
+    ASSERT_EQ(staging.RestoreView(t, view), RestoreStatus::kOk);
+  }
+  ExpectSameViews(events, staging, "restored");
+  // Given up: the next clear frees the table.
+  staging.Reserve(0);
+  for (TargetId t : staging.Targets()) staging.ApplyCleared(t);
+  EXPECT_EQ(open_table_mapped_bytes.load(), mapped_before);
 }
 
 }  // namespace
