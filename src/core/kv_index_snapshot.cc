@@ -97,7 +97,7 @@ void KvIndex::ExportView(TargetId id, TargetView& out) const {
   };
   std::vector<Held> held;
   held.reserve(t->block_count);
-  LocalRows local(t->block_count);
+  LocalRows local(std::max(t->block_count, t->engine_map.size()));  // (held <= either)
   auto hold = [&](uint32_t r) {
     const Row& row = x.rows.slot(r);
     const uint32_t tiers = HolderTiers(x.Get(row.holders, id));
