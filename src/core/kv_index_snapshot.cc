@@ -209,8 +209,15 @@ RestoreStatus KvIndex::RestoreView(TargetId id, const TargetView& in) {
     }
   }
   ++x.generation;
-  // (An empty target keeps its reserved map: no clear, which would free it.)
-  if (t->block_count != 0 || t->engine_map.size() != 0 || x.Pending(*t)) x.Clear(id, *t);
+  // (An empty target keeps its reserved map: no clear, which would free it; the flags
+  // a clear resets are reset here, as an emptied view may have kept them.)
+  if (t->block_count != 0 || t->engine_map.size() != 0 || x.Pending(*t)) {
+    x.Clear(id, *t);
+  } else {
+    t->closed = true;
+    t->has_unmapped = false;
+    t->aliased = false;
+  }
   t->max_blocks = in.max_blocks;
   t->evicted = in.evicted_blocks;
   t->evicted_since_clear = in.evicted_since_clear;

@@ -414,6 +414,26 @@ TEST(KvIndexSnapshotTest, AForwardParentIsRefusedWithNothingApplied) {
   EXPECT_EQ(index.RestoreView(t + 1, good), RestoreStatus::kUnknownTarget);
 }
 
+// A view emptied by removals (not cleared) may have lost its prefix-closed flag on the
+// way: a restore into it (no clear needed) still sets the flag from the view.
+TEST(KvIndexSnapshotTest, ARestoreIntoAnEmptiedViewTakesTheFlagFromTheView) {
+  Fleet fleet({Kind::kOrphan});
+  KvIndex index;
+  TargetView good;
+  good.blocks = {ViewBlock{.router_hash = 500, .parent = kViewParentRoot, .tiers = 1},
+                 ViewBlock{.router_hash = 501, .parent = 0, .tiers = 1}};
+  const TargetId u = index.AddTarget({"u", 0}, kBs);
+  fleet.Store(index, u, 1, 0, 3, Tier::kDevice);
+  const BlockHash middle[] = {EngineHash(u, fleet.chains[1][1])};
+  index.ApplyRemoved(u, middle, Tier::kDevice);
+  ASSERT_FALSE(index.IsPrefixClosed(u));  // an orphan
+  const BlockHash rest[] = {EngineHash(u, fleet.chains[1][0]), EngineHash(u, fleet.chains[1][2])};
+  index.ApplyRemoved(u, rest, Tier::kDevice);
+  ASSERT_EQ(index.BlockCount(u), 0u);
+  ASSERT_EQ(index.RestoreView(u, good), RestoreStatus::kOk);
+  EXPECT_TRUE(index.IsPrefixClosed(u));
+}
+
 // Views are untrusted input (a snapshot file; doc/snapshot.md §4.4): random views, some
 // malformed, are restored exactly or refused, and never leave the index inconsistent.
 TEST(KvIndexSnapshotTest, RandomViewsAreRestoredExactlyOrRefused) {
