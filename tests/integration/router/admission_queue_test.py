@@ -89,7 +89,7 @@ def idle(base):
 
 def burst():
     with Processes() as procs:
-        _, base = start_router(procs, ARGS.router, engines(procs, 2, 300), *QUEUE)
+        _, base = start_router(procs, ARGS.router, engines(procs, 2, 500), *QUEUE)
         results = {}
         threads = [send(base, g, results) for g in range(8)]
         for t in threads:
@@ -122,7 +122,7 @@ def check_429(result, api, code):
 
 def bound():
     with Processes() as procs:
-        _, base = start_router(procs, ARGS.router, engines(procs, 1, 2500), *QUEUE,
+        _, base = start_router(procs, ARGS.router, engines(procs, 1, 4000), *QUEUE,
                                "--queue-max", "1", "--queue-max-wait-s", "1")
         results = {}
         hold = send(base, 0, results)
@@ -148,7 +148,7 @@ def bound():
 
 def cancel():
     with Processes() as procs:
-        _, base = start_router(procs, ARGS.router, engines(procs, 1, 1500), *QUEUE)
+        _, base = start_router(procs, ARGS.router, engines(procs, 1, 3000), *QUEUE)
         results = {}
         hold = send(base, 0, results)
         poll(lambda: sample(base, "infera_router_queue_admitted_total", 'outcome="bind_now"') == 1,
@@ -174,7 +174,7 @@ def cancel():
 
 def order():
     with Processes() as procs:
-        router, base = start_router(procs, ARGS.router, engines(procs, 1, 800), *QUEUE)
+        router, base = start_router(procs, ARGS.router, engines(procs, 1, 1500), *QUEUE)
         for path, payload in (("/v1/completions", body(9)),
                               ("/v1/messages", {"model": "mock-model", "max_tokens": 2,
                                                 "messages": [{"role": "user", "content": "x"}]})):
