@@ -28,6 +28,9 @@ class AdmissionDispatcherTest : public ::testing::Test {
     opt.admission.queue.max_wait_ns = 5'000 * kQueueMs;
     router_ = testing::StartTestRouter(std::move(opt), clock_, 42, &fake_);
     ASSERT_TRUE(router_);
+  }
+  // A mixed worker "a:1" whose first exchange holds before its head.
+  void AddMixed() {
     router_->AddWorker(testing::WorkerRecordOf("a"));
     fake_->Push("a:1", Script{.pieces = {kQueueOk}, .hold_before_head = true});
     fake_->Push("a:1", Script{.pieces = {kQueueOk}});
@@ -39,8 +42,8 @@ class AdmissionDispatcherTest : public ::testing::Test {
     c->Write("POST", "/v1/chat/completions", kQueueBody, headers);
     return c;
   }
-  bool Depth(int n) const {
-    return Has("infera_router_queue_depth{pool=\"m|mixed\"} " + std::to_string(n) + "\n");
+  bool Depth(int n, const std::string& pool = "m|mixed") const {
+    return Has("infera_router_queue_depth{pool=\"" + pool + "\"} " + std::to_string(n) + "\n");
   }
 
   TestClock clock_;
@@ -49,6 +52,7 @@ class AdmissionDispatcherTest : public ::testing::Test {
 };
 
 TEST_F(AdmissionDispatcherTest, HoldsWhileSaturatedAndBindsWhenTheWorkerFrees) {
+  AddMixed();
   auto first = Send();
   ASSERT_TRUE(WaitFor([&] { return fake_->held() == 1; }));
   EXPECT_TRUE(Has(R"(infera_router_queue_admitted_total{outcome="bind_now"} 1)"));
@@ -66,6 +70,7 @@ TEST_F(AdmissionDispatcherTest, HoldsWhileSaturatedAndBindsWhenTheWorkerFrees) {
 }
 
 TEST_F(AdmissionDispatcherTest, FullExpiredCancelledAndBadPriority) {
+  AddMixed();
   auto first = Send();
   ASSERT_TRUE(WaitFor([&] { return fake_->held() == 1; }));
   Answer bad = Send("X-Infera-Priority: 1x\r\n")->ReadAnswer();
@@ -101,6 +106,28 @@ TEST_F(AdmissionDispatcherTest, FullExpiredCancelledAndBadPriority) {
   EXPECT_EQ(fake_->sent().size(), 1u);
   fake_->Release();
   EXPECT_EQ(first->ReadAnswer().status, 200);
+  EXPECT_TRUE(WaitFor([&] { return router_->PendingGuards() == 0; }));
+}
+
+// A PD fleet queues in its prefill pool: held while the prefill worker prefills.
+TEST_F(AdmissionDispatcherTest, PdRequestsQueueInThePrefillPool) {
+  const auto protocol = discovery::PdProtocol::kVllmMooncake;  // concurrent legs
+  router_->AddWorker(testing::PdWorkerRecord("p", discovery::DisaggMode::kPrefill, protocol));
+  router_->AddWorker(testing::PdWorkerRecord("d", discovery::DisaggMode::kDecode, protocol));
+  for (const char* host : {"p:1", "d:1"}) {
+    fake_->Push(host, Script{.pieces = {kQueueOk}, .hold_before_head = true});
+    fake_->Push(host, Script{.pieces = {kQueueOk}});
+  }
+  auto first = Send();
+  ASSERT_TRUE(WaitFor([&] { return fake_->held() == 2; }));
+  auto second = Send();
+  ASSERT_TRUE(WaitFor([&] { return Depth(1, "m|prefill"); }));
+  EXPECT_EQ(fake_->sent().size(), 2u);
+  fake_->Release();
+  EXPECT_EQ(first->ReadAnswer().status, 200);
+  EXPECT_EQ(second->ReadAnswer().status, 200);
+  EXPECT_EQ(fake_->sent().size(), 4u);
+  EXPECT_TRUE(Depth(0, "m|prefill"));
   EXPECT_TRUE(WaitFor([&] { return router_->PendingGuards() == 0; }));
 }
 
