@@ -189,7 +189,8 @@ void Router::MakeViews() {
     views_->set_replica_sync(replica_.get());
   }
   if (admission_) {
-    views_->add_metrics([queue = admission_.get()](std::string& out) { queue->RenderMetrics(out); });
+    views_->add_metrics(
+        [queue = admission_.get()](std::string& out) { queue->RenderMetrics(out); });
   }
   if (nats_ != nullptr) {
     views_->add_metrics([nats = nats_](std::string& out) { nats->RenderMetrics(out); });

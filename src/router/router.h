@@ -189,10 +189,10 @@ class Router {
   // is alive.
   std::unique_ptr<WorkPool> work_pool_;
   std::unique_ptr<Upstream> upstream_;
-  NatsUpstream* nats_ = nullptr;             // owned by upstream_; null: no NATS request transport
-  std::unique_ptr<Dispatcher> dispatcher_;   // AttemptLoop: mixed and PD
+  NatsUpstream* nats_ = nullptr;            // owned by upstream_; null: no NATS request transport
+  std::unique_ptr<Dispatcher> dispatcher_;  // AttemptLoop: mixed and PD
   std::unique_ptr<AdmissionDispatcher> admission_;  // null: --admission-queue off
-  std::unique_ptr<TenantSalt> tenant_salt_;  // null: --tenant-cache-salt off
+  std::unique_ptr<TenantSalt> tenant_salt_;         // null: --tenant-cache-salt off
   std::unique_ptr<RequestPipeline> pipeline_;
   std::unique_ptr<AdminViews> views_;
   std::unique_ptr<RequestIds> ids_;

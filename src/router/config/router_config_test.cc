@@ -175,8 +175,8 @@ TEST(RouterConfigTest, AdmissionQueueFlags) {
   EXPECT_EQ(d.queue.max_wait_ns, 30'000'000'000);
 
   auto on = Configure({"--admission-queue", "on", "--router-policy", "least-load",
-                       "--queue-threshold-blocks", "64", "--queue-max", "8",
-                       "--queue-max-wait-s", "2.5"});
+                       "--queue-threshold-blocks", "64", "--queue-max", "8", "--queue-max-wait-s",
+                       "2.5"});
   ASSERT_TRUE(on->status.ok()) << on->status;
   const AdmissionOptions& o = on->flags->options.admission;
   EXPECT_TRUE(o.enabled);

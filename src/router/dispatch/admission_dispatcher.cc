@@ -1,5 +1,6 @@
 #include "router/dispatch/admission_dispatcher.h"
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <utility>
@@ -14,7 +15,7 @@ namespace asio = http::asio;
 
 struct AdmissionDispatcher::Waiter {
   explicit Waiter(asio::any_io_executor ex) : timer(ex) {}
-  asio::steady_timer timer;  // used on the request's loop only
+  asio::steady_timer timer;             // used on the request's loop only
   Verdict verdict = Verdict::kWaiting;  // guarded by the dispatcher's mu_
 };
 
@@ -53,8 +54,7 @@ http::Awaitable<void> AdmissionDispatcher::Dispatch(RequestContext& ctx,
   absl::StatusOr<int> priority = ParseAdmissionPriority(HeaderOf(headers, kPriorityHeader));
   if (!priority.ok()) {
     ctx.End(Outcome::kClientError, 400);
-    co_await SendError(w, ctx.kind, 400, std::string(priority.status().message()),
-                       ctx.request_id);
+    co_await SendError(w, ctx.kind, 400, std::string(priority.status().message()), ctx.request_id);
     co_return;
   }
   const std::string tenant =
@@ -93,9 +93,8 @@ http::Awaitable<void> AdmissionDispatcher::Dispatch(RequestContext& ctx,
       co_return;
     }
     ctx.End(Outcome::kTimeout, 504);
-    co_return co_await SendError(w, ctx.kind, 504,
-                                 "the request timed out in the router's admission queue",
-                                 ctx.request_id);
+    co_return co_await SendError(
+        w, ctx.kind, 504, "the request timed out in the router's admission queue", ctx.request_id);
   }
   metrics_.ObserveWait(static_cast<double>(clock_.NowNs() - offered_ns) * 1e-9);
   auto planned = std::make_shared<std::atomic<bool>>(false);
@@ -111,8 +110,8 @@ http::Awaitable<void> AdmissionDispatcher::Dispatch(RequestContext& ctx,
 }
 
 http::Awaitable<AdmissionDispatcher::Verdict> AdmissionDispatcher::Wait(RequestContext& ctx,
-                                                                       Waiter& waiter, uint64_t id,
-                                                                       const std::string& key) {
+                                                                        Waiter& waiter, uint64_t id,
+                                                                        const std::string& key) {
   // The one-shot signal: Wake posts the timer's cancel to this loop, which runs only
   // once this coroutine waits on it.
   waiter.timer.expires_after(std::chrono::nanoseconds(ctx.deadline_ns - clock_.NowNs()));
@@ -202,12 +201,8 @@ http::Awaitable<void> AdmissionDispatcher::TimerLoop() {
   }
 }
 
-void AdmissionDispatcher::RenderMetrics(std::string& out) const { metrics_.Render(out, gate_.Depths()); }
-
-size_t AdmissionDispatcher::Depth() const {
-  size_t depth = 0;
-  for (const auto& [key, n] : gate_.Depths()) depth += n;
-  return depth;
+void AdmissionDispatcher::RenderMetrics(std::string& out) const {
+  metrics_.Render(out, gate_.Depths());
 }
 
 }  // namespace infera::router

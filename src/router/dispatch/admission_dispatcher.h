@@ -69,7 +69,6 @@ class AdmissionDispatcher {
 
   // The infera_router_queue_* series.
   void RenderMetrics(std::string& out) const;
-  size_t Depth() const;
 
   struct Waiter;
 
@@ -85,8 +84,8 @@ class AdmissionDispatcher {
   // (client gone or request timeout).
   http::Awaitable<Verdict> Wait(RequestContext& ctx, Waiter& waiter, uint64_t id,
                                 const std::string& key);
-  http::Awaitable<void> Reject(RequestContext& ctx, http::ResponseWriter& w,
-                               const std::string& key, bool timeout);
+  http::Awaitable<void> Reject(RequestContext& ctx, http::ResponseWriter& w, const std::string& key,
+                               bool timeout);
   http::Awaitable<void> TimerLoop();
 
   const AdmissionOptions options_;

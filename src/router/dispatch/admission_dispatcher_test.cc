@@ -15,7 +15,8 @@ constexpr int64_t kQueueMs = 1'000'000;
 // About 100 tokens (bytes / 4): 6 blocks of 16 pending while held.
 const std::string kQueuePrompt(400, 'x');
 const std::string kQueueBody =
-    R"({"model":"m","max_tokens":2,"messages":[{"role":"user","content":")" + kQueuePrompt + R"("}]})";
+    R"({"model":"m","max_tokens":2,"messages":[{"role":"user","content":")" + kQueuePrompt +
+    R"("}]})";
 constexpr char kQueueOk[] = R"({"id":"x","object":"chat.completion","choices":[]})";
 
 class AdmissionDispatcherTest : public ::testing::Test {

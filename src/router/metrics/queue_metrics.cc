@@ -17,8 +17,8 @@ void QueueMetrics::Render(std::string& out,
                "Requests waiting in the admission queue, by pool (<model>|mixed or "
                "<model>|prefill).");
   for (const auto& [pool, depth] : depths) {
-    out += "infera_router_queue_depth{" + MetricLabel("pool", pool) + "} " +
-           std::to_string(depth) + "\n";
+    out += "infera_router_queue_depth{" + MetricLabel("pool", pool) + "} " + std::to_string(depth) +
+           "\n";
   }
   wait_.Render(out);
   admitted_.Render(out);
