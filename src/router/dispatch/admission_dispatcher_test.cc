@@ -21,8 +21,10 @@ constexpr char kQueueOk[] = R"({"id":"x","object":"chat.completion","choices":[]
 
 class AdmissionDispatcherTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start(); }
+  void Start(int64_t request_timeout_ms = 600'000) {
     RouterOptions opt;
+    opt.request_timeout_ms = request_timeout_ms;
     opt.admission.enabled = true;
     opt.admission.threshold_blocks = 1;
     opt.admission.queue.max_queued = 2;
@@ -104,6 +106,25 @@ TEST_F(AdmissionDispatcherTest, FullExpiredCancelledAndBadPriority) {
   EXPECT_TRUE(Has(R"(infera_router_queue_rejected_total{reason="full"} 1)"));
   EXPECT_TRUE(Has(R"(infera_router_queue_rejected_total{reason="timeout"} 2)"));
   EXPECT_TRUE(Depth(0));
+  EXPECT_EQ(fake_->sent().size(), 1u);
+  fake_->Release();
+  EXPECT_EQ(first->ReadAnswer().status, 200);
+  EXPECT_TRUE(WaitFor([&] { return router_->PendingGuards() == 0; }));
+}
+
+// --request-timeout-ms passing while queued (in real time: the waiter's timer) is 504.
+TEST_F(AdmissionDispatcherTest, TheRequestTimeoutWhileQueuedIs504) {
+  router_.reset();
+  Start(/*request_timeout_ms=*/200);
+  AddMixed();
+  auto first = Send();
+  ASSERT_TRUE(WaitFor([&] { return fake_->held() == 1; }));
+  auto second = Send();
+  Answer late = second->ReadAnswer();
+  EXPECT_EQ(late.status, 504);
+  EXPECT_NE(late.body.find("admission queue"), std::string::npos) << late.body;
+  EXPECT_TRUE(Depth(0));
+  EXPECT_TRUE(Has(R"(infera_router_queue_admitted_total{outcome="queued"} 1)"));
   EXPECT_EQ(fake_->sent().size(), 1u);
   fake_->Release();
   EXPECT_EQ(first->ReadAnswer().status, 200);
