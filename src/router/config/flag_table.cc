@@ -34,6 +34,7 @@ constexpr FlagGroup kFlagGroups[] = {
     {"limits", AddLimitFlags},
     {"operation", AddOperationFlags},
     {"admin", AddAdminFlags},
+    {"admission queue", AddAdmissionFlags},
 };
 
 // --help's footer and doc/router.md "Configuration file" (the config test loads both).
