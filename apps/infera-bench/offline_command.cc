@@ -374,6 +374,11 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
                  "kv-aware, work term: divide the load term by 1 + the candidates' mean "
                  "requests in prefill (true/false)")
       ->capture_default_str();
+  app.add_option("--kv-decode-load", f.decode_load_blocks,
+                 "work load term: blocks of cost of a KV capacity full of in-flight requests' "
+                 "prompt blocks (the decode step's share of a new request's wait; 0: off)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   app.add_option("--slo-ttft-ms", f.slo_ttft_ms,
                  "search each policy's goodput: the highest arrival rate (bisection over "
                  "the time scale) with TTFT p99 <= this")
@@ -558,6 +563,7 @@ int RunOffline(const OfflineFlags& flags) {
     config.policy.kv_pressure_threshold = flags.kv_pressure_threshold;
     config.policy.kv_pressure_slope = flags.kv_pressure_slope;
     config.policy.load_queue_scaling = flags.load_queue_scaling;
+    config.policy.decode_load_blocks = flags.decode_load_blocks;
     config.policy.random_seed = 42;
     config.capacity_known = flags.capacity == "known";
     size_t reported = 0;

@@ -25,6 +25,7 @@ struct OfflineFlags {
   double kv_pressure_threshold = 0.8;
   double kv_pressure_slope = 1.0;
   bool load_queue_scaling = true;
+  double decode_load_blocks = 0;
   double slo_ttft_ms = 0;  // > 0: search each policy's goodput
   size_t goodput_steps = 5;
   double event_delay_ms = 0;

@@ -282,9 +282,10 @@ class KvIndex {
   // RestoreStatus. A view over its bound is evicted at once.
   RestoreStatus RestoreView(TargetId id, const TargetView& in);
   // Sizes the row table so that `rows` distinct hashes in all fit without a rebuild
-  // (a restore that follows moves no row), and the target's engine map likewise for
-  // `entries` engine hashes. The index never shrinks them while the target restores
-  // (a clear or removal may).
+  // (a restore that follows moves no row); the index keeps that capacity until it
+  // holds `rows` rows (a view refused and cleared meanwhile does not shrink it;
+  // Reserve(0) gives it up). ReserveTarget sizes the target's engine map likewise for
+  // `entries` engine hashes (kept until the target's next clear).
   void Reserve(size_t rows);
   void ReserveTarget(TargetId id, size_t entries);
 

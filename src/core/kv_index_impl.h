@@ -408,6 +408,9 @@ struct KvIndex::Impl {
   std::vector<BlockHash> erase_backlog;
   // Bumped by every write: a GrowthPlan prepared at another value is stale.
   uint64_t generation = 0;
+  // Rows KvIndex::Reserve asked room for: MaybeShrink keeps that capacity until the
+  // table holds as many rows (0: none).
+  size_t rows_floor = 0;
 
   Target* Live(TargetId id) {
     return id < targets.size() && targets[id].live ? &targets[id] : nullptr;
@@ -495,8 +498,11 @@ struct KvIndex::Impl {
     std::vector<uint32_t>().swap(old_to_new);  // 4 bytes per old slot: not kept
   }
   // Gives memory back when the table is mostly empty.
+  // A reservation (KvIndex::Reserve: a snapshot's staging build) is kept until the
+  // table holds as many rows: a refused record cleared meanwhile must not shrink it.
   void MaybeShrink() {
-    if (entries == 0 && rows.capacity() > 0) {
+    if (rows_floor != 0 && rows.size() >= rows_floor) rows_floor = 0;
+    if (entries == 0 && rows.capacity() > 0 && !(rows_floor != 0 && rows.size() == 0)) {
       // Nothing held: kept parent rows go too (nothing can name them but entries a
       // pending purge would erase: they go now).
       for (Target& t : targets) {
@@ -507,11 +513,12 @@ struct KvIndex::Impl {
         t.purge_cursor = 0;
       }
       rows.Clear();
+      if (rows_floor != 0) rows.Reserve(rows_floor, nullptr);  // (empty: nothing moves)
       kept_rows = 0;
       std::vector<BlockHash>().swap(erase_backlog);
       return;
     }
-    if (rows.capacity() > 1024 && rows.size() < rows.capacity() / 8) {
+    if (rows_floor == 0 && rows.capacity() > 1024 && rows.size() < rows.capacity() / 8) {
       rows.Rebuild(rows.size(), &old_to_new);
       Translate();
     }

@@ -31,6 +31,7 @@ KvIndex& KvIndex::operator=(KvIndex&& other) noexcept {
 void KvIndex::Reserve(size_t rows) {
   ++impl_->generation;
   const size_t have = impl_->rows.size();
+  impl_->rows_floor = rows > have ? rows : 0;
   if (rows > have) impl_->ReserveRows(rows - have);
 }
 
@@ -96,7 +97,7 @@ void KvIndex::ExportView(TargetId id, TargetView& out) const {
   };
   std::vector<Held> held;
   held.reserve(t->block_count);
-  LocalRows local(t->block_count);
+  LocalRows local(std::max(t->block_count, t->engine_map.size()));  // (held <= either)
   auto hold = [&](uint32_t r) {
     const Row& row = x.rows.slot(r);
     const uint32_t tiers = HolderTiers(x.Get(row.holders, id));
@@ -208,8 +209,15 @@ RestoreStatus KvIndex::RestoreView(TargetId id, const TargetView& in) {
     }
   }
   ++x.generation;
-  // (An empty target keeps its reserved map: no clear, which would free it.)
-  if (t->block_count != 0 || t->engine_map.size() != 0 || x.Pending(*t)) x.Clear(id, *t);
+  // (An empty target keeps its reserved map: no clear, which would free it; the flags
+  // a clear resets are reset here, as an emptied view may have kept them.)
+  if (t->block_count != 0 || t->engine_map.size() != 0 || x.Pending(*t)) {
+    x.Clear(id, *t);
+  } else {
+    t->closed = true;
+    t->has_unmapped = false;
+    t->aliased = false;
+  }
   t->max_blocks = in.max_blocks;
   t->evicted = in.evicted_blocks;
   t->evicted_since_clear = in.evicted_since_clear;

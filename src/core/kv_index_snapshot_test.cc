@@ -10,11 +10,13 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/clock.h"
 #include "core/hashing.h"
 #include "core/kv_index.h"
+#include "core/open_table.h"
 
 namespace infera::core::snapshot_test {
 namespace {
@@ -65,7 +67,8 @@ struct Fleet {
   };
   std::vector<Model> models;
 
-  Fleet() {
+  explicit Fleet(std::vector<Kind> target_kinds)
+      : kinds(std::move(target_kinds)), models(kinds.size()) {
     for (size_t p = 0; p < kPrompts; ++p) {
       tokens.push_back(PromptTokens(p));
       chains.push_back(HashChain(tokens.back(), kBs));
@@ -265,10 +268,8 @@ void CopyByExport(const KvIndex& from, KvIndex& to) {
 TEST(KvIndexSnapshotTest, RoundTrip) {
   for (uint64_t seed : {1u, 2u, 3u}) {
     SCOPED_TRACE(seed);
-    Fleet fleet;
-    fleet.kinds = {Kind::kPlain,   Kind::kPlain,  Kind::kPlain,    Kind::kPlain,
-                   Kind::kBounded, Kind::kAliased, Kind::kOrphan, Kind::kUnmapped};
-    fleet.models.resize(fleet.kinds.size());
+    Fleet fleet({Kind::kPlain, Kind::kPlain, Kind::kPlain, Kind::kPlain, Kind::kBounded,
+                 Kind::kAliased, Kind::kOrphan, Kind::kUnmapped});
     KvIndex original;
     for (size_t t = 0; t < fleet.kinds.size(); ++t) {
       ASSERT_EQ(original.AddTarget({Worker(t), static_cast<uint32_t>(t % 2)}, kBs), t);
@@ -334,9 +335,7 @@ TEST(KvIndexSnapshotTest, RoundTrip) {
 }
 
 TEST(KvIndexSnapshotTest, StagingIndexOfSharedBlocksMovedInEqualsTheEventBuiltOne) {
-  Fleet fleet;
-  fleet.kinds.assign(6, Kind::kPlain);
-  fleet.models.resize(fleet.kinds.size());
+  Fleet fleet(std::vector<Kind>(6, Kind::kPlain));
   KvIndex events;
   for (size_t t = 0; t < fleet.kinds.size(); ++t) events.AddTarget({Worker(t), 0}, kBs);
   Rng rng{42};
@@ -361,9 +360,7 @@ TEST(KvIndexSnapshotTest, StagingIndexOfSharedBlocksMovedInEqualsTheEventBuiltOn
 }
 
 TEST(KvIndexSnapshotTest, AForwardParentIsRefusedWithNothingApplied) {
-  Fleet fleet;
-  fleet.kinds = {Kind::kPlain};
-  fleet.models.resize(1);
+  Fleet fleet({Kind::kPlain});
   KvIndex index;
   const TargetId t = index.AddTarget({"w", 0}, kBs);
   fleet.Store(index, t, 0, 0, 6, Tier::kDevice);
@@ -415,6 +412,26 @@ TEST(KvIndexSnapshotTest, AForwardParentIsRefusedWithNothingApplied) {
   EXPECT_EQ(index.DistinctHashCount(), 0u);
 
   EXPECT_EQ(index.RestoreView(t + 1, good), RestoreStatus::kUnknownTarget);
+}
+
+// A view emptied by removals (not cleared) may have lost its prefix-closed flag on the
+// way: a restore into it (no clear needed) still sets the flag from the view.
+TEST(KvIndexSnapshotTest, ARestoreIntoAnEmptiedViewTakesTheFlagFromTheView) {
+  Fleet fleet({Kind::kOrphan});
+  KvIndex index;
+  TargetView good;
+  good.blocks = {ViewBlock{.router_hash = 500, .parent = kViewParentRoot, .tiers = 1},
+                 ViewBlock{.router_hash = 501, .parent = 0, .tiers = 1}};
+  const TargetId u = index.AddTarget({"u", 0}, kBs);
+  fleet.Store(index, u, 1, 0, 3, Tier::kDevice);
+  const BlockHash middle[] = {EngineHash(u, fleet.chains[1][1])};
+  index.ApplyRemoved(u, middle, Tier::kDevice);
+  ASSERT_FALSE(index.IsPrefixClosed(u));  // an orphan
+  const BlockHash rest[] = {EngineHash(u, fleet.chains[1][0]), EngineHash(u, fleet.chains[1][2])};
+  index.ApplyRemoved(u, rest, Tier::kDevice);
+  ASSERT_EQ(index.BlockCount(u), 0u);
+  ASSERT_EQ(index.RestoreView(u, good), RestoreStatus::kOk);
+  EXPECT_TRUE(index.IsPrefixClosed(u));
 }
 
 // Views are untrusted input (a snapshot file; doc/snapshot.md §4.4): random views, some
@@ -509,9 +526,7 @@ TEST(KvIndexSnapshotTest, RandomViewsAreRestoredExactlyOrRefused) {
 // then leaves those stale engine hashes out (they name a row the target no longer
 // holds), and the restored view equals the original once its purge is done.
 TEST(KvIndexSnapshotTest, AnExportDuringAPendingPurgeLeavesStaleAliasesOut) {
-  Fleet fleet;
-  fleet.kinds = {Kind::kAliased};
-  fleet.models.resize(1);
+  Fleet fleet({Kind::kAliased});
   KvIndex index;
   const TargetId t = index.AddTarget({"w", 0}, kBs);
   fleet.Store(index, t, 0, 0, 3, Tier::kDevice);
@@ -531,6 +546,43 @@ TEST(KvIndexSnapshotTest, AnExportDuringAPendingPurgeLeavesStaleAliasesOut) {
   while (index.DoPendingWork(t, 16) > 0) {
   }
   ExpectSameViews(index, restored, "after the purge");
+}
+
+// A staging build reserves the row table once; a record refused and removed on the way
+// (the table momentarily empty) does not give the reservation back.
+TEST(KvIndexSnapshotTest, ARefusedRecordKeepsTheReservedRowTable) {
+  Fleet fleet({Kind::kPlain, Kind::kPlain});
+  KvIndex events;
+  for (size_t t = 0; t < 2; ++t) {
+    events.AddTarget({Worker(t), 0}, kBs);
+    fleet.Store(events, t, t, 0, kPromptLen, Tier::kDevice);
+  }
+  KvIndex staging;
+  const size_t mapped_before = open_table_mapped_bytes.load();
+  staging.Reserve(1'000'000);  // 16 MB of slots: mapped by the table itself
+  const size_t reserved = open_table_mapped_bytes.load() - mapped_before;
+  ASSERT_GT(reserved, 0u);
+  TargetView bad;
+  bad.blocks = {ViewBlock{.router_hash = 5, .parent = kViewParentRoot, .tiers = 1},
+                ViewBlock{.router_hash = 5, .parent = 0, .tiers = 1}};
+  const TargetId refused = staging.AddTarget({"refused", 0}, kBs);
+  ASSERT_EQ(staging.RestoreView(refused, bad), RestoreStatus::kCorrupt);
+  staging.RemoveTarget(refused);
+  EXPECT_EQ(open_table_mapped_bytes.load() - mapped_before, reserved);
+  TargetView view;
+  for (TargetId id : events.Targets()) {
+    const TargetId t = staging.AddTarget(events.Key(id), kBs);
+    events.ExportView(id, view);
+    ASSERT_EQ(staging.RestoreView(t, view), RestoreStatus::kOk);
+    staging.ApplyCleared(t);  // (empty again: still reserved)
+    EXPECT_EQ(open_table_mapped_bytes.load() - mapped_before, reserved);
+    ASSERT_EQ(staging.RestoreView(t, view), RestoreStatus::kOk);
+  }
+  ExpectSameViews(events, staging, "restored");
+  // Given up: the next clear frees the table.
+  staging.Reserve(0);
+  for (TargetId t : staging.Targets()) staging.ApplyCleared(t);
+  EXPECT_EQ(open_table_mapped_bytes.load(), mapped_before);
 }
 
 }  // namespace

@@ -68,6 +68,7 @@ void LoadState::ActiveGuard::PrefillDone() {
 LoadState::LoadState(const LoadOptions& options) : options_(options) {
   assert(options.recent_decay >= 0 && options.recent_decay <= 1);
   assert(options.kv_pressure_threshold >= 0 && options.kv_pressure_slope >= 0);
+  assert(options.decode_load_blocks >= 0);
 }
 
 LoadState::Slot& LoadState::SlotFor(TargetId target) {
@@ -105,6 +106,7 @@ LoadState::ActiveGuard LoadState::AddActive(TargetId target, std::span<const Blo
   }
   guard.anonymous_blocks_ = anonymous_blocks;
   slot.anonymous_blocks += anonymous_blocks;
+  slot.request_blocks += guard.block_count();
   if (prefill.blocks > 0) {
     guard.prefill_id_ = next_prefill_id_++;
     Prefill p{.id = guard.prefill_id_,
@@ -144,6 +146,7 @@ void LoadState::ReleaseGuard(ActiveGuard& guard) {
   }
   assert(slot.anonymous_blocks >= guard.anonymous_blocks_);
   slot.anonymous_blocks -= guard.anonymous_blocks_;
+  slot.request_blocks -= guard.block_count();
   if (guard.prefill_id_ != 0) DropPrefill(slot, guard.prefill_id_);
   --slot.pending_guards;
 }
@@ -246,13 +249,26 @@ double LoadState::KvPressure(TargetId target, size_t incoming_blocks) const {
   return excess > 0 ? options_.kv_pressure_slope * excess : 0;
 }
 
+size_t LoadState::RequestBlocks(TargetId target) const {
+  const Slot* slot = FindSlot(target);
+  return slot ? slot->request_blocks : 0;
+}
+
+double LoadState::DecodeLoad(TargetId target) const {
+  const size_t capacity = CapacityBlocks(target);
+  if (capacity == 0 || options_.decode_load_blocks == 0) return 0;
+  const double occupancy =
+      static_cast<double>(RequestBlocks(target)) / static_cast<double>(capacity);
+  return options_.decode_load_blocks * std::min(1.0, occupancy);
+}
+
 double LoadState::Load(TargetId target, size_t incoming_blocks) const {
   if (options_.term == LoadTerm::kSpec) {
     return static_cast<double>(ActiveBlocks(target) + RemoteActiveBlocks(target)) +
            RecentBlocks(target);
   }
   return PendingPrefillBlocks(target) + RemotePendingPrefillBlocks(target) +
-         KvPressure(target, incoming_blocks);
+         KvPressure(target, incoming_blocks) + DecodeLoad(target);
 }
 
 void LoadState::SetRemote(TargetId target, size_t active_blocks, double pending_prefill_blocks) {

@@ -24,12 +24,16 @@
 //
 // Load(t, incoming) by LoadTerm:
 //  * kSpec: active_blocks + recent_blocks (the spec's active_blocks until completion).
-//  * kWork (default): pending_prefill + KvPressure(t, incoming), both in blocks of
-//    prefill work, the unit of the cost's miss term. KvPressure is
+//  * kWork (default): pending_prefill + KvPressure(t, incoming) + DecodeLoad(t), all in
+//    blocks of prefill work, the unit of the cost's miss term. KvPressure is
 //    slope × max(0, active + incoming − threshold × capacity) (0 when the capacity is
 //    unknown): free below the threshold (80 %), steep above it, where the engine
-//    would start to preempt. Recent blocks are not counted: pending prefill is the
-//    same charge (a pick's missed blocks) held until the prefill is done.
+//    would start to preempt. DecodeLoad is decode_load_blocks × min(1, request blocks
+//    / capacity): the step that computes a new prefill also runs one decode step of
+//    every running sequence, whose time grows with the KV they read (the engine
+//    timing model's decode_ms(occupancy), doc/selection.md), so an engine with a
+//    heavier decode batch delays a new request's first token more. Recent blocks are not counted:
+//    pending prefill is the same charge (a pick's missed blocks) held until the prefill is done.
 //  * Remote load (--router-replica-sync, doc/replica-sync.md): the other replicas'
 //    active and pending prefill blocks on the target (SetRemote) add to the local
 //    ones in Load() and KvPressure() (kSpec adds remote active blocks). ActiveBlocks()
@@ -78,6 +82,9 @@ struct LoadOptions {
   double recent_decay = 0.97;          // kSpec only; 0 = off
   double kv_pressure_threshold = 0.8;  // fraction of the KV capacity
   double kv_pressure_slope = 1.0;      // blocks of cost per in-flight block past it
+  // kWork: the decode term's cost at a KV capacity full of in-flight requests' blocks
+  // (DecodeLoad); 0 = off.
+  double decode_load_blocks = 0;
 };
 
 // What a pick still has to compute on its target.
@@ -163,6 +170,13 @@ class LoadState {
   double PendingPrefillBlocks(TargetId target) const;
   // The KV-pressure cost of adding `incoming_blocks` to the target (see above).
   double KvPressure(TargetId target, size_t incoming_blocks) const;
+  // Prompt blocks of the target's in-flight requests, each request's own (a prefix two
+  // requests share counts twice: each sequence's decode step reads its whole context).
+  size_t RequestBlocks(TargetId target) const;
+  // The decode term (kWork): decode_load_blocks × min(1, RequestBlocks / capacity), 0
+  // when the capacity is unknown. What the decode part of the step that computes a new
+  // request's prefill costs it on this target, in blocks of prefill (see above).
+  double DecodeLoad(TargetId target) const;
   // The load term of the cost for a request of `incoming_blocks` (see above).
   double Load(TargetId target, size_t incoming_blocks = 0) const;
   // The other router replicas' load on the target (sums over replicas, >= 0); the
@@ -209,6 +223,7 @@ class LoadState {
     bool live = false;
     absl::flat_hash_map<BlockHash, uint32_t> active;  // hash -> refcount
     size_t anonymous_blocks = 0;
+    size_t request_blocks = 0;  // sum of the live guards' block_count()
     size_t pending_guards = 0;
     std::vector<Prefill> prefills;  // in-flight requests not past their prefill
     double prefill_blocks = 0;      // sum over prefills

@@ -36,6 +36,32 @@ TEST(LoadStateTest, SharedPrefixIsCountedOnce) {
   EXPECT_EQ(load.ActiveBlocks(1), 0u);  // other targets untouched
 }
 
+// The decode term: every in-flight request's prompt blocks (a shared prefix once per
+// request: each sequence's decode step reads its whole context) over the capacity,
+// capped at 1, times --kv-decode-load; 0 without a known capacity or when off.
+TEST(LoadStateTest, DecodeLoadCountsEachRequestsBlocksUpToTheCapacity) {
+  LoadOptions options;
+  options.decode_load_blocks = 40;
+  LoadState load(options);
+  auto a = load.AddActive(0, With(kPrefix, {10, 11}));
+  auto b = load.AddActive(0, With(kPrefix, {20}), 2);  // + 2 anonymous blocks
+  EXPECT_EQ(load.RequestBlocks(0), 6u + 7u);
+  EXPECT_EQ(load.DecodeLoad(0), 0);  // capacity unknown
+  load.SetCapacityBlocks(0, 26);
+  EXPECT_DOUBLE_EQ(load.DecodeLoad(0), 40 * 13.0 / 26);
+  EXPECT_DOUBLE_EQ(load.Load(0), 20);  // no pending prefill, no KV pressure
+  load.SetCapacityBlocks(0, 10);
+  EXPECT_DOUBLE_EQ(load.DecodeLoad(0), 40);  // capped at a full KV
+  a.Release();
+  b.Release();
+  EXPECT_EQ(load.RequestBlocks(0), 0u);
+  EXPECT_EQ(load.DecodeLoad(0), 0);
+  LoadState off;  // the default: no decode term
+  off.SetCapacityBlocks(0, 10);
+  auto c = off.AddActive(0, kPrefix);
+  EXPECT_EQ(off.DecodeLoad(0), 0);
+}
+
 TEST(LoadStateTest, AnonymousBlocksAreNeverShared) {
   LoadState load;
   auto a = load.AddActive(3, {}, 5);

@@ -75,7 +75,8 @@ LoadOptions PolicyConfig::Load() const {
   return LoadOptions{.term = load_term,
                      .recent_decay = recent_decay,
                      .kv_pressure_threshold = kv_pressure_threshold,
-                     .kv_pressure_slope = kv_pressure_slope};
+                     .kv_pressure_slope = kv_pressure_slope,
+                     .decode_load_blocks = decode_load_blocks};
 }
 
 absl::Status PolicyConfig::Validate() const {
@@ -90,7 +91,8 @@ absl::Status PolicyConfig::Validate() const {
                          std::pair{"--kv-host-hit-weight", host_hit_weight},
                          std::pair{"--kv-disk-hit-weight", disk_hit_weight},
                          std::pair{"multimodal weight factor", mm_weight_factor},
-                         std::pair{"--kv-pressure-slope", kv_pressure_slope}}) {
+                         std::pair{"--kv-pressure-slope", kv_pressure_slope},
+                         std::pair{"--kv-decode-load", decode_load_blocks}}) {
     if (absl::Status s = check(flag, v); !s.ok()) return s;
   }
   if (prefill_overlap_weight) {

@@ -12,8 +12,9 @@
 //      RoutingInput::overlap_untrusted (render parity diverged): its cost is then a
 //      cold target's, w × request_blocks + load, so its view's hits draw nothing.
 //      load(t) = LoadState::Load(t, request_blocks): --load-term work (default):
-//        pending prefill blocks + KV pressure, divided by 1 + the candidates' mean
-//        requests in prefill (--load-queue-scaling); spec: active blocks + recent blocks.
+//        pending prefill blocks + KV pressure (+ decode load, --kv-decode-load, off by
+//        default), divided by 1 + the candidates' mean requests in prefill
+//        (--load-queue-scaling); spec: active blocks + recent blocks.
 //    Requests without token ids have no cache term (w_overlap = 0).
 //    Requests with images (mixed/prefill roles): w_overlap = 0 and an image term
 //    w_mm × images_not_held(t), w_mm = mm_weight_factor × w; the winner records the
@@ -103,6 +104,7 @@ struct PolicyConfig {
   LoadTerm load_term = LoadTerm::kWork;          // --load-term work|spec
   double kv_pressure_threshold = 0.8;            // fraction of a target's KV capacity
   double kv_pressure_slope = 1.0;                // cost per in-flight block past it
+  double decode_load_blocks = 0;                 // --kv-decode-load (0 = off)
   double mm_weight_factor = 48.0;                // w_mm = factor × w
   uint64_t random_seed = 0;                      // the random policy's seed
   // Settle pending prefills and recent charges when a view shows their last block.

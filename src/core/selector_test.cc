@@ -604,6 +604,53 @@ TEST_F(SelectorTest, LoadIsScaledByTheRequestsInPrefill) {
   }
 }
 
+// --kv-decode-load (off by default): both targets hold the prompt and have nothing to
+// prefill, so the hits and the pending prefill tie; W0 runs 3 decoding requests of 20
+// prompt blocks each (60 of its 100 blocks), W1 one (20). Off, the tie goes to the fewer
+// in-flight blocks (W1 too, but only as a tie-break); on (50 blocks at a full KV), W0
+// costs 50 × 0.6 = 30 and W1 50 × 0.2 = 10: the lighter decode batch wins on cost, and
+// outweighs a 15-block miss (cold W1 still wins when W0's batch is heavier by more).
+TEST_F(SelectorTest, DecodeLoadSendsTheRequestToTheLighterDecodeBatch) {
+  for (double decode_load : {0.0, 50.0}) {
+    PolicyConfig c;
+    c.decode_load_blocks = decode_load;
+    Selector& s = Make(c);
+    s.load().SetCapacityBlocks(w0_, 100);
+    s.load().SetCapacityBlocks(w1_, 100);
+    index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);
+    index_.InsertRouterHashes(w1_, chain_, Tier::kDevice);
+    // Decoding requests: the hot prompt plus their own 10 blocks (past their prefill).
+    std::vector<LoadState::ActiveGuard> decoding;
+    auto add = [&](TargetId t, BlockHash base) {
+      std::vector<BlockHash> blocks = chain_;
+      for (BlockHash i = 0; i < 10; ++i) blocks.push_back(base + i);
+      decoding.push_back(s.load().AddActive(t, blocks));
+    };
+    for (BlockHash r = 0; r < 3; ++r) add(w0_, 0xD000 + 100 * r);
+    add(w1_, 0xE000);
+    EXPECT_EQ(s.load().RequestBlocks(w0_), 60u);  // the shared prompt counts per request
+    EXPECT_EQ(s.load().ActiveBlocks(w0_), 40u);
+    const TargetId cands[] = {w0_, w1_};
+    auto p = s.Pick(Input(), cands);
+    ASSERT_TRUE(p.ok());
+    EXPECT_DOUBLE_EQ(p->costs[0], decode_load * 0.6);
+    EXPECT_DOUBLE_EQ(p->costs[1], decode_load * 0.2);
+    EXPECT_EQ(p->picked, w1_);
+    p->guard.Release();
+    // W1 forgets the prompt's last 5 blocks: a 5-block miss (cost 5 + its decode load).
+    // Off, the warm W0 wins on cost; on, W1's lighter batch (10) and 5 misses (15) beat
+    // W0's heavier one (30).
+    index_.RemoveRouterHashes(w1_, std::span(chain_).last(5), Tier::kDevice);
+    auto q = s.Pick(Input(), cands);
+    ASSERT_TRUE(q.ok());
+    EXPECT_DOUBLE_EQ(q->costs[1], 5 + decode_load * 0.2);
+    EXPECT_EQ(q->picked, decode_load > 0 ? w1_ : w0_);
+    q->guard.Release();
+    index_.RemoveRouterHashes(w0_, chain_, Tier::kDevice);
+    index_.RemoveRouterHashes(w1_, std::span(chain_).first(5), Tier::kDevice);
+  }
+}
+
 // Hot-prefix replication (Preble's idea, issue 25) falls out of the cost: W0 holds the
 // hot prompt but has 3 of them prefilling (30 blocks); scaled by 1 + 1.5 that is 12,
 // more than cold W1's 10 misses, so W1 computes it and becomes its second home; once
@@ -761,6 +808,9 @@ TEST(PolicyConfigTest, ParseAndValidate) {
   EXPECT_FALSE(c.Validate().ok());
   c = PolicyConfig{};
   c.prefill_overlap_weight = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_FALSE(c.Validate().ok());
+  c = PolicyConfig{};
+  c.decode_load_blocks = -1;
   EXPECT_FALSE(c.Validate().ok());
 }
 

@@ -3,6 +3,7 @@
 #include <exception>
 #include <optional>
 
+#include "router/dispatch/admission_dispatcher.h"
 #include "router/log_limiter.h"
 #include "router/request/anthropic.h"
 #include "router/request/anthropic_transform.h"
@@ -229,6 +230,9 @@ http::Awaitable<void> RequestPipeline::Run(RequestContext& ctx, http::Request& r
   w.OnClientGone([cancel = ctx.cancel] { cancel->Cancel(); });
   ctx.deadline_ns = clock_.NowNs() + options_.request_timeout_ms * 1'000'000;
 
+  if (options_.admission != nullptr) {  // the admission queue (doc/admission.md)
+    co_return co_await options_.admission->Dispatch(ctx, req.headers, w);
+  }
   co_await dispatcher_.Dispatch(ctx, w);
 }
 

@@ -39,6 +39,8 @@
 
 namespace infera::router {
 
+class AdmissionDispatcher;
+
 // The request header that carries the routers a request passed through.
 inline constexpr std::string_view kViaHeader = "X-Infera-Via";
 
@@ -48,6 +50,9 @@ struct PipelineOptions {
   std::string router_id;  // this router's hop id in X-Infera-Via
   // Hops (router ids in X-Infera-Via) a request may already carry; more is a loop.
   size_t max_hops = 8;
+  // --admission-queue on: admits each request before the dispatcher plans it
+  // (doc/admission.md); null: off. REQUIRES: outlives the pipeline.
+  AdmissionDispatcher* admission = nullptr;
 };
 
 // True when `via` (the X-Infera-Via fields, comma-separated ids) names `router_id`

@@ -166,11 +166,17 @@ void Router::MakePipeline(const RouterEnv& env) {
     index_.WithIndex([](const core::KvIndex& index) { index.NoteSaltedTraffic(); });
     spdlog::info("router: tenant cache salt from header {}", options_.tenant_salt_header);
   }
+  if (options_.admission.enabled) {
+    admission_ = std::make_unique<AdmissionDispatcher>(options_.admission, *workers_, *planner_,
+                                                       *dispatcher_, *clock_);
+    planner_->set_on_load_lowered([queue = admission_.get()] { queue->DrainAll(); });
+  }
   pipeline_ = std::make_unique<RequestPipeline>(
       PipelineOptions{.request_timeout_ms = options_.request_timeout_ms,
                       .relay = {.max_sse_event_bytes = options_.max_sse_event_bytes,
                                 .max_translated_bytes = options_.max_translated_response_bytes},
-                      .router_id = HopId(SaltFrom(env.seed))},
+                      .router_id = HopId(SaltFrom(env.seed)),
+                      .admission = admission_.get()},
       *encoder_, *dispatcher_, *clock_, *metrics_, *work_pool_, tenant_salt_.get());
 }
 
@@ -183,6 +189,10 @@ void Router::MakeViews() {
     replica_ = std::make_unique<ReplicaSync>(*options_.replica_sync, *planner_, *workers_, *clock_);
     planner_->set_on_plan([sync = replica_.get()] { sync->NotifyPlan(); });
     views_->set_replica_sync(replica_.get());
+  }
+  if (admission_) {
+    views_->add_metrics(
+        [queue = admission_.get()](std::string& out) { queue->RenderMetrics(out); });
   }
   if (nats_ != nullptr) {
     views_->add_metrics([nats = nats_](std::string& out) { nats->RenderMetrics(out); });
@@ -203,6 +213,7 @@ absl::Status Router::Start() {
   parity_->Start(encoder_->RenderProbe());
   health_->Start();
   readiness_->Start(*pool_);
+  if (admission_) admission_->Start(*pool_);
   if (replica_) {
     if (absl::Status s = replica_->Start(); !s.ok()) return s;
   }

@@ -34,6 +34,7 @@
 #include "events/shared_kv_index.h"
 #include "http/io_pool.h"
 #include "http/server.h"
+#include "router/dispatch/admission_dispatcher.h"
 #include "router/dispatch/nats_upstream.h"
 #include "router/dispatch/pd/options.h"
 #include "router/dispatch/upstream.h"
@@ -124,6 +125,8 @@ struct RouterOptions {
   bool protect_metrics = false;
   // --route-receipt (doc/router.md "Route receipt"): answers carry X-Infera-Route.
   bool route_receipt = false;
+  // --admission-queue, --queue-* (doc/admission.md): off by default.
+  AdmissionOptions admission;
 };
 
 // What the router takes from its environment; the defaults are the real ones.
@@ -188,9 +191,10 @@ class Router {
   // is alive.
   std::unique_ptr<WorkPool> work_pool_;
   std::unique_ptr<Upstream> upstream_;
-  NatsUpstream* nats_ = nullptr;             // owned by upstream_; null: no NATS request transport
-  std::unique_ptr<Dispatcher> dispatcher_;   // AttemptLoop: mixed and PD
-  std::unique_ptr<TenantSalt> tenant_salt_;  // null: --tenant-cache-salt off
+  NatsUpstream* nats_ = nullptr;            // owned by upstream_; null: no NATS request transport
+  std::unique_ptr<Dispatcher> dispatcher_;  // AttemptLoop: mixed and PD
+  std::unique_ptr<AdmissionDispatcher> admission_;  // null: --admission-queue off
+  std::unique_ptr<TenantSalt> tenant_salt_;         // null: --tenant-cache-salt off
   std::unique_ptr<RequestPipeline> pipeline_;
   std::unique_ptr<AdminViews> views_;
   std::unique_ptr<RequestIds> ids_;

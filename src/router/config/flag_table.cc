@@ -34,6 +34,7 @@ constexpr FlagGroup kFlagGroups[] = {
     {"limits", AddLimitFlags},
     {"operation", AddOperationFlags},
     {"admin", AddAdminFlags},
+    {"admission queue", AddAdmissionFlags},
     {"kv snapshots", AddKvSnapshotFlags},
 };
 

@@ -75,6 +75,12 @@ void AddCostFlags(CLI::App& app, RouterFlags& f) {
                  "work load term: cost per in-flight block above --kv-pressure-threshold "
                  "(0: no KV pressure term)")
       ->capture_default_str();
+  app.add_option("--kv-decode-load", o.policy.decode_load_blocks,
+                 "work load term: blocks of cost of a worker whose KV capacity is full of its "
+                 "in-flight requests' prompt blocks (the decode step's share of a new "
+                 "request's wait; 0: off, doc/selection.md)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 }
 
 // Prompt tokenization, the random policy's seed and render parity.

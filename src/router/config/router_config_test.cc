@@ -165,6 +165,37 @@ TEST(RouterConfigTest, EachStepNamesWhatIsWrong) {
   EXPECT_TRUE(ErrorOf({"--router-policy", "fastest"}).starts_with("--router-policy: "));
 }
 
+TEST(RouterConfigTest, AdmissionQueueFlags) {
+  auto off = Configure({});
+  ASSERT_TRUE(off->status.ok()) << off->status;
+  const AdmissionOptions& d = off->flags->options.admission;
+  EXPECT_FALSE(d.enabled);
+  EXPECT_EQ(d.threshold_blocks, 1024);
+  EXPECT_EQ(d.queue.max_queued, 1024u);
+  EXPECT_EQ(d.queue.max_wait_ns, 30'000'000'000);
+
+  auto on = Configure({"--admission-queue", "on", "--router-policy", "least-load",
+                       "--queue-threshold-blocks", "64", "--queue-max", "8", "--queue-max-wait-s",
+                       "2.5"});
+  ASSERT_TRUE(on->status.ok()) << on->status;
+  const AdmissionOptions& o = on->flags->options.admission;
+  EXPECT_TRUE(o.enabled);
+  EXPECT_EQ(o.threshold_blocks, 64);
+  EXPECT_EQ(o.queue.max_queued, 8u);
+  EXPECT_EQ(o.queue.max_wait_ns, 2'500'000'000);
+
+  // A policy without a load term: a start-up error naming the flag.
+  const std::string rr = ErrorOf({"--admission-queue", "on", "--router-policy", "round-robin"});
+  EXPECT_NE(rr.find("--admission-queue"), std::string::npos) << rr;
+  EXPECT_NE(rr.find("round-robin"), std::string::npos) << rr;
+  EXPECT_EQ(ErrorOf({"--router-policy", "round-robin"}), "(ok)");  // off: any policy
+  EXPECT_NE(ErrorOf({"--admission-queue", "yes"}).find("off or on"), std::string::npos);
+  EXPECT_NE(ErrorOf({"--queue-max", "0"}).find("--queue-max"), std::string::npos);
+  EXPECT_NE(ErrorOf({"--queue-max-wait-s", "-1"}).find("--queue-max-wait-s"), std::string::npos);
+  EXPECT_NE(ErrorOf({"--queue-threshold-blocks", "nan"}).find("--queue-threshold-blocks"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace infera::router::config
 

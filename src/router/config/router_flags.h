@@ -67,6 +67,9 @@ struct RouterFlags {
   std::string router_backend;
   std::string admin_token, admin_token_file;
   bool protect_metrics = false;
+  std::string admission_queue = "off";
+  size_t queue_max = core::QueueConfig{}.max_queued;
+  double queue_max_wait_s = static_cast<double>(core::QueueConfig{}.max_wait_ns) / 1e9;
 
   // The flags whose absence matters (an environment fallback, an optional value).
   CLI::Option* demand_flag = nullptr;
@@ -111,6 +114,7 @@ void AddInferaAliasFlags(CLI::App& app, RouterFlags& flags);
 void AddLimitFlags(CLI::App& app, RouterFlags& flags);
 void AddOperationFlags(CLI::App& app, RouterFlags& flags);
 void AddAdminFlags(CLI::App& app, RouterFlags& flags);
+void AddAdmissionFlags(CLI::App& app, RouterFlags& flags);
 void AddKvSnapshotFlags(CLI::App& app, RouterFlags& flags);
 
 }  // namespace infera::router::config

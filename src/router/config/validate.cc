@@ -204,6 +204,7 @@ constexpr ValidationStep kValidationSteps[] = {
     {"--tenant-cache-salt*", ResolveTenantSalt},
     {"--admin-token*, --protect-metrics, INFERA_ADMIN_TOKEN", ResolveAdminToken},
     {"the rest", FinishOptions},
+    {"--admission-queue, --queue-* (after the policy)", ParseAdmissionFlags},
     {"--kv-snapshot-*", ResolveKvSnapshot},
 };
 

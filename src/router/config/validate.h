@@ -29,6 +29,8 @@ absl::Status ValidateRouterFlags(RouterFlags& flags, const ConfigSources& source
 absl::Status ResolveReplicaSync(RouterFlags& flags, const ConfigSources& sources);
 absl::Status ResolveTenantSalt(RouterFlags& flags, const ConfigSources& sources);
 absl::Status ResolveAdminToken(RouterFlags& flags, const ConfigSources& sources);
+// The step of flags_admission.cc (--admission-queue, --queue-*).
+absl::Status ParseAdmissionFlags(RouterFlags& flags, const ConfigSources& sources);
 // Step of flags_snapshot.cc.
 absl::Status ResolveKvSnapshot(RouterFlags& flags, const ConfigSources& sources);
 

@@ -6,6 +6,7 @@ PickGuards& PickGuards::operator=(PickGuards&& other) noexcept {
   if (this != &other) {
     Release();
     mu_ = other.mu_;
+    on_lowered_ = other.on_lowered_;
     active_ = std::move(other.active_);
     other.active_.clear();
     demand_ = std::move(other.demand_);  // ours was released above
@@ -23,16 +24,22 @@ void PickGuards::AddDemand(core::DecodeDemand::Reservation reservation) {
 
 void PickGuards::PrefillDone() {
   if (active_.empty()) return;
-  absl::MutexLock lock(mu_);
-  for (auto& g : active_) g.PrefillDone();
+  {
+    absl::MutexLock lock(mu_);
+    for (auto& g : active_) g.PrefillDone();
+  }
+  Lowered();
 }
 
 void PickGuards::Release() {
   if (!pending()) return;
-  absl::MutexLock lock(mu_);
-  for (auto& g : active_) g.Release();
-  active_.clear();
-  demand_.Release();
+  {
+    absl::MutexLock lock(mu_);
+    for (auto& g : active_) g.Release();
+    active_.clear();
+    demand_.Release();
+  }
+  Lowered();
 }
 
 }  // namespace infera::router

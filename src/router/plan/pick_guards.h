@@ -10,6 +10,8 @@
 // Move-only; a moved-from or empty PickGuards releases nothing.
 #pragma once
 
+#include <functional>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
@@ -22,7 +24,10 @@ class PickGuards {
  public:
   PickGuards() = default;
   // `mu` guards the state the holds point into (the planner's pick mutex).
-  explicit PickGuards(absl::Mutex* mu) : mu_(mu) {}
+  // `on_lowered` (may be null or empty; outlives the guards): called after PrefillDone
+  // and Release, outside `mu`, when they lowered a load (the admission queue's drain).
+  explicit PickGuards(absl::Mutex* mu, const std::function<void()>* on_lowered = nullptr)
+      : mu_(mu), on_lowered_(on_lowered) {}
   PickGuards(PickGuards&& other) noexcept { *this = std::move(other); }
   PickGuards& operator=(PickGuards&& other) noexcept;
   PickGuards(const PickGuards&) = delete;
@@ -42,7 +47,12 @@ class PickGuards {
   bool pending() const { return !active_.empty() || demand_.pending(); }
 
  private:
+  void Lowered() const {
+    if (on_lowered_ != nullptr && *on_lowered_) (*on_lowered_)();
+  }
+
   absl::Mutex* mu_ = nullptr;
+  const std::function<void()>* on_lowered_ = nullptr;
   absl::InlinedVector<core::LoadState::ActiveGuard, 2> active_;
   core::DecodeDemand::Reservation demand_;
 };

@@ -143,6 +143,7 @@ void PickPlanner::Finish(const RequestContext& ctx, int64_t pick_start_ns, bool 
     metrics_.ObserveStages(ctx.parse_s, ctx.tokenize_s, (now_ns - pick_start_ns) * 1e-9,
                            (now_ns - ctx.start_ns) * 1e-9);
   }
+  if (first && ctx.on_planned) ctx.on_planned();
   if (on_plan_) on_plan_();
 }
 
@@ -185,7 +186,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     if (approx_ && pick.policy == core::Policy::kKvAware && input.tokens) {
       approx_->Record(pick.picked, *input.tokens, input.keys, pick_start_ns);
     }
-    plan.guards = PickGuards(&mu_);
+    plan.guards = PickGuards(&mu_, &on_load_lowered_);
     plan.guards.AddActive(std::move(pick.guard));
   }
   AddLeg(plan, fleet, *owner, pick, predicted, ctx);

@@ -140,6 +140,18 @@ class PickPlanner {
   // Called after every plan, outside the pick mutex (the replica sync's wake-up).
   // Set it once, before the first plan.
   void set_on_plan(std::function<void()> on_plan) { on_plan_ = std::move(on_plan); }
+  // Called after a guard's PrefillDone or Release, outside the pick mutex (the
+  // admission queue's drain). Set it once, before the first plan.
+  void set_on_load_lowered(std::function<void()> fn) { on_load_lowered_ = std::move(fn); }
+  // The admission queue's pool for `model` (doc/admission.md "Router wiring", item 3):
+  // "<model>|prefill" when a prefill or decode worker serves it (its prefill
+  // candidates), else "<model>|mixed"; and the least pending prefill over the pool's
+  // candidates (Selector::MinLoad; 0 when there are none).
+  struct PoolLoad {
+    std::string key;
+    double min_load = 0;
+  };
+  PoolLoad AdmissionPool(const std::string& model, const Fleet& fleet) ABSL_LOCKS_EXCLUDED(mu_);
   // --route-receipt: every plan sets ctx.route_receipt (the X-Infera-Route value).
   // Set it once, before the first plan. Receipts go to the fleet view either way.
   void set_route_receipt(bool on) { route_receipt_ = on; }
@@ -208,6 +220,7 @@ class PickPlanner {
   // planner's pin seam), records the picks.
   SessionBinder sessions_ ABSL_GUARDED_BY(mu_);
   std::function<void()> on_plan_;
+  std::function<void()> on_load_lowered_;  // read by every PickGuards
   bool route_receipt_ = false;
 };
 

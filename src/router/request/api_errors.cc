@@ -10,6 +10,7 @@ using nlohmann::json;
 
 std::string OpenAiErrorBody(int status, std::string_view message, const char* code) {
   const char* type = status == 404   ? "not_found_error"
+                     : status == 429 ? "rate_limit_error"
                      : status >= 500 ? (status == 503 ? "service_unavailable" : "server_error")
                                      : "invalid_request_error";
   // OpenAI's `code` is a string or null, never the HTTP status.

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -83,6 +84,9 @@ struct RequestContext {
 
   // Cancels the upstream exchange when the client disconnects.
   std::shared_ptr<http::Cancellation> cancel;
+  // The admission queue (doc/admission.md): called once, after the request's first plan
+  // (the bound request's load is booked; the next one may bind); empty: not queued.
+  std::function<void()> on_planned;
 
   // --route-receipt: the X-Infera-Route value of the last plan (FormatRouteReceipt);
   // empty: the header is not sent.
