@@ -323,39 +323,55 @@ class FleetStream {
   std::array<uint32_t, 1 << 16> pool_{};
 };
 
-// Arg 0: targets; arg 1: view_blocks. Setup fills every view (untimed); then each
-// iteration encodes one churn batch per target (untimed) and decodes + applies them
-// all; the iteration's time is the thread's CPU time of that (manual time), so
-// blocks/s is per CPU second.
-void BM_FleetDecodeApply(benchmark::State& state) {
-  const size_t targets = static_cast<size_t>(state.range(0));
-  FleetStream fleet(targets, static_cast<size_t>(state.range(1)));
+// A fleet index whose every view is full (filled once, decode + apply, untimed),
+// shared by the benchmarks below: 4,096 targets x 2,048 blocks.
+struct FilledFleet {
+  FleetStream stream{4096, 2048};
   core::KvIndex index;
   std::vector<core::TargetId> ids;
-  std::vector<TargetApplyState> apply_states(targets);
-  for (size_t t = 0; t < targets; ++t) {
-    ids.push_back(index.AddTarget({"bench:" + std::to_string(t), 0}, 16));
-  }
-  DecodedBatch batch;
-  uint64_t ignored = 0;
-  for (bool filling = true; filling;) {
-    filling = false;
+  std::vector<TargetApplyState> apply_states;
+};
+FilledFleet& Filled() {
+  static FilledFleet* f = [] {
+    auto* f = new FilledFleet;
+    const size_t targets = f->stream.targets();
+    f->apply_states.resize(targets);
     for (size_t t = 0; t < targets; ++t) {
-      if (fleet.Full(t)) continue;
-      filling = true;
-      const std::string p = fleet.Next(t, ignored);
-      if (!DecodeEventBatch(Bytes(p), batch).ok()) std::abort();
-      ApplyEventBatch(index, ids[t], batch, apply_states[t]);
+      f->ids.push_back(f->index.AddTarget({"bench:" + std::to_string(t), 0}, 16));
     }
-  }
+    DecodedBatch batch;
+    uint64_t ignored = 0;
+    for (bool filling = true; filling;) {
+      filling = false;
+      for (size_t t = 0; t < targets; ++t) {
+        if (f->stream.Full(t)) continue;
+        filling = true;
+        const std::string p = f->stream.Next(t, ignored);
+        if (!DecodeEventBatch(Bytes(p), batch).ok()) std::abort();
+        ApplyEventBatch(f->index, f->ids[t], batch, f->apply_states[t]);
+      }
+    }
+    return f;
+  }();
+  return *f;
+}
+
+// Each iteration encodes one churn batch per target (untimed) and decodes + applies
+// them all; the iteration's time is the thread's CPU time of that (manual time), so
+// blocks/s is per CPU second. Row-table rebuilds (deleted slots used the room up)
+// come every few million stores: run >= 3 s (--benchmark_min_time=3).
+void BM_FleetDecodeApply(benchmark::State& state) {
+  FilledFleet& f = Filled();
+  const size_t targets = f.stream.targets();
+  DecodedBatch batch;
   std::vector<std::string> round(targets);
   uint64_t blocks = 0, events = 0;
   for (auto _ : state) {
-    for (size_t t = 0; t < targets; ++t) round[t] = fleet.Next(t, blocks);
+    for (size_t t = 0; t < targets; ++t) round[t] = f.stream.Next(t, blocks);
     const int64_t c0 = ThreadCpuNs();
     for (size_t t = 0; t < targets; ++t) {
       if (!DecodeEventBatch(Bytes(round[t]), batch).ok()) state.SkipWithError("decode failed");
-      events += ApplyEventBatch(index, ids[t], batch, apply_states[t]).events;
+      events += ApplyEventBatch(f.index, f.ids[t], batch, f.apply_states[t]).events;
     }
     state.SetIterationTime(static_cast<double>(ThreadCpuNs() - c0) * 1e-9);
   }
@@ -364,8 +380,25 @@ void BM_FleetDecodeApply(benchmark::State& state) {
   state.counters["events/s"] =
       benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
   size_t in_view = 0;
-  for (core::TargetId id : ids) in_view += index.BlockCount(id);
+  for (core::TargetId id : f.ids) in_view += f.index.BlockCount(id);
   state.counters["view_blocks"] = static_cast<double>(in_view);
+}
+
+// What one row-table growth of that index costs (the router prepares it under the
+// shared lock: KvIndex::PrepareGrowth, the rows rebuilt and every engine map
+// translated); built and dropped each iteration, never installed. CPU time.
+void BM_FleetGrowthPlan(benchmark::State& state) {
+  FilledFleet& f = Filled();
+  size_t in_view = 0;
+  for (core::TargetId id : f.ids) in_view += f.index.BlockCount(id);
+  for (auto _ : state) {
+    const int64_t c0 = ThreadCpuNs();
+    core::GrowthPlan plan = f.index.PrepareGrowth(f.ids[0], in_view);
+    benchmark::DoNotOptimize(plan);
+    state.SetIterationTime(static_cast<double>(ThreadCpuNs() - c0) * 1e-9);
+    if (plan.empty()) state.SkipWithError("no growth prepared");
+  }
+  state.counters["rows"] = static_cast<double>(in_view);
 }
 
 // Arg: 0 = vLLM (map batch, map events), 2 = SGLang (array batch, array events).
@@ -383,9 +416,9 @@ BENCHMARK(BM_BigBatch)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);
 BENCHMARK(BM_FleetDecodeApply)
-    ->Args({4096, 2048})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FleetGrowthPlan)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
 }  // namespace infera::events
