@@ -428,11 +428,7 @@ BENCHMARK(BM_BigBatch)
     ->Args({2, kDefaultSliceUnits})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);
-BENCHMARK(BM_FleetDecodeApply)
-    ->Arg(0)
-    ->Arg(1)
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FleetDecodeApply)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FleetGrowthPlan)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace

@@ -110,14 +110,14 @@ TEST(MsgpackReader, PeekTypesEveryFirstByte) {
     MsgpackType type;
   };
   const Range ranges[] = {
-      {0x00, 0x7f, MsgpackType::kUint},   {0x80, 0x8f, MsgpackType::kMap},
-      {0x90, 0x9f, MsgpackType::kArray},  {0xa0, 0xbf, MsgpackType::kStr},
-      {0xc0, 0xc0, MsgpackType::kNil},    {0xc1, 0xc1, MsgpackType::kInvalid},
-      {0xc2, 0xc3, MsgpackType::kBool},   {0xc4, 0xc6, MsgpackType::kBin},
-      {0xc7, 0xc9, MsgpackType::kExt},    {0xca, 0xcb, MsgpackType::kFloat},
-      {0xcc, 0xcf, MsgpackType::kUint},   {0xd0, 0xd3, MsgpackType::kInt},
-      {0xd4, 0xd8, MsgpackType::kExt},    {0xd9, 0xdb, MsgpackType::kStr},
-      {0xdc, 0xdd, MsgpackType::kArray},  {0xde, 0xdf, MsgpackType::kMap},
+      {0x00, 0x7f, MsgpackType::kUint},  {0x80, 0x8f, MsgpackType::kMap},
+      {0x90, 0x9f, MsgpackType::kArray}, {0xa0, 0xbf, MsgpackType::kStr},
+      {0xc0, 0xc0, MsgpackType::kNil},   {0xc1, 0xc1, MsgpackType::kInvalid},
+      {0xc2, 0xc3, MsgpackType::kBool},  {0xc4, 0xc6, MsgpackType::kBin},
+      {0xc7, 0xc9, MsgpackType::kExt},   {0xca, 0xcb, MsgpackType::kFloat},
+      {0xcc, 0xcf, MsgpackType::kUint},  {0xd0, 0xd3, MsgpackType::kInt},
+      {0xd4, 0xd8, MsgpackType::kExt},   {0xd9, 0xdb, MsgpackType::kStr},
+      {0xdc, 0xdd, MsgpackType::kArray}, {0xde, 0xdf, MsgpackType::kMap},
       {0xe0, 0xff, MsgpackType::kInt},
   };
   int covered = 0;
