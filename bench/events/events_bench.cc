@@ -8,12 +8,17 @@
 //
 //   build/bench/events/events_bench --benchmark_min_time=0.5
 //   build/bench/events/events_bench --benchmark_filter='Sliced|BigBatch'  # doc/perf-events.md
+//   build/bench/events/events_bench --benchmark_filter=Fleet  # issue 27's shape
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <ctime>
+#include <deque>
+#include <memory>
 #include <mutex>
+#include <random>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -244,6 +249,171 @@ void BM_BigBatch(benchmark::State& state) {
   SetHolds(state, longest);
 }
 
+// Issue 27's shape (bench/scale/scale_fleet.cc's batches, no sockets): `targets`
+// views of `view_blocks` blocks each, every batch 32 stored blocks in 4 BlockStored
+// events (60 % continue one of the 8 most recently extended conversations) plus the
+// BlockRemoved events that keep the view at view_blocks (tail first from the least
+// recently extended conversation), targets taken round robin, vLLM's map wire.
+class FleetStream {
+ public:
+  FleetStream(size_t targets, size_t view_blocks) : targets_(targets), view_blocks_(view_blocks) {
+    for (uint32_t& tok : pool_) tok = static_cast<uint32_t>(rng_() % 32000);
+    for (size_t t = 0; t < targets; ++t) targets_[t].next_hash = ((t + 1) << 40) + 1;
+  }
+  size_t targets() const { return targets_.size(); }
+  // BlockRemoved hashes root side first (scale_fleet's order: a removed parent
+  // precedes its removed child, which opens the view until a recheck) or tail first
+  // (what vLLM's free queue evicts first).
+  void SetTailFirst(bool tail_first) { tail_first_ = tail_first; }
+  bool Full(size_t t) const { return targets_[t].held >= view_blocks_; }
+
+  // The next batch of target t, encoded; adds its blocks stored + removed to `blocks`.
+  std::string Next(size_t t, uint64_t& blocks) {
+    Target& tg = targets_[t];
+    EventBatch batch;
+    constexpr size_t kStores = 32, kPerEvent = 8;
+    for (size_t left = kStores; left > 0; left -= kPerEvent) {
+      Stored s;
+      s.block_size = 16;
+      s.medium = "GPU";
+      std::vector<uint64_t>* conv;
+      if (!tg.convs.empty() && rng_() % 10 < 6) {
+        const size_t back = std::min<size_t>(tg.convs.size(), 8);
+        const size_t i = tg.convs.size() - 1 - rng_() % back;
+        std::vector<uint64_t> c = std::move(tg.convs[i]);
+        tg.convs.erase(tg.convs.begin() + static_cast<ptrdiff_t>(i));
+        tg.convs.push_back(std::move(c));
+        conv = &tg.convs.back();
+        s.parent = conv->back();
+      } else {
+        conv = &tg.convs.emplace_back();
+      }
+      const size_t off = rng_() % (pool_.size() - kPerEvent * 16);
+      s.token_ids.assign(pool_.begin() + static_cast<ptrdiff_t>(off),
+                         pool_.begin() + static_cast<ptrdiff_t>(off + kPerEvent * 16));
+      if (!s.parent) s.token_ids[0] = static_cast<uint32_t>(tg.next_hash & 0x3fffffff);
+      for (size_t i = 0; i < kPerEvent; ++i) {
+        s.engine_hashes.push_back(tg.next_hash);
+        conv->push_back(tg.next_hash++);
+      }
+      tg.held += kPerEvent;
+      blocks += kPerEvent;
+      batch.events.emplace_back(std::move(s));
+    }
+    while (tg.held > view_blocks_) {
+      std::vector<uint64_t>& oldest = tg.convs.front();
+      const size_t n = std::min(oldest.size(), tg.held - view_blocks_);
+      Removed r;
+      r.medium = "GPU";
+      r.engine_hashes.assign(oldest.end() - static_cast<ptrdiff_t>(n), oldest.end());
+      if (tail_first_) std::reverse(r.engine_hashes.begin(), r.engine_hashes.end());
+      oldest.resize(oldest.size() - n);
+      if (oldest.empty()) tg.convs.pop_front();
+      tg.held -= n;
+      blocks += n;
+      batch.events.emplace_back(std::move(r));
+    }
+    return EncodeEventBatch(batch, WireShape::kVllm);
+  }
+
+ private:
+  struct Target {
+    uint64_t next_hash = 0;
+    std::deque<std::vector<uint64_t>> convs;
+    size_t held = 0;
+  };
+  std::vector<Target> targets_;
+  size_t view_blocks_;
+  bool tail_first_ = false;
+  std::mt19937_64 rng_{1};
+  std::array<uint32_t, 1 << 16> pool_{};
+};
+
+// A fleet index whose every view is full (filled once, decode + apply, untimed),
+// shared by the benchmarks below: 4,096 targets x 2,048 blocks.
+struct FilledFleet {
+  FleetStream stream{4096, 2048};
+  core::KvIndex index;
+  std::vector<core::TargetId> ids;
+  std::vector<TargetApplyState> apply_states;
+};
+FilledFleet& Filled() {
+  static FilledFleet* f = [] {
+    auto* f = new FilledFleet;
+    const size_t targets = f->stream.targets();
+    f->apply_states.resize(targets);
+    for (size_t t = 0; t < targets; ++t) {
+      f->ids.push_back(f->index.AddTarget({"bench:" + std::to_string(t), 0}, 16));
+    }
+    DecodedBatch batch;
+    uint64_t ignored = 0;
+    for (bool filling = true; filling;) {
+      filling = false;
+      for (size_t t = 0; t < targets; ++t) {
+        if (f->stream.Full(t)) continue;
+        filling = true;
+        const std::string p = f->stream.Next(t, ignored);
+        if (!DecodeEventBatch(Bytes(p), batch).ok()) std::abort();
+        ApplyEventBatch(f->index, f->ids[t], batch, f->apply_states[t]);
+      }
+    }
+    return f;
+  }();
+  return *f;
+}
+
+// Each iteration encodes one churn batch per target (untimed) and decodes + applies
+// them all; the iteration's time is the thread's CPU time of that (manual time), so
+// blocks/s is per CPU second. Row-table rebuilds (deleted slots used the room up)
+// come every few million stores: run >= 3 s (--benchmark_min_time=3);
+// worst_round_ms is the longest iteration (one batch per target), rebuild included.
+// Arg: 0 = removals in scale_fleet's order, 1 = tail first.
+void BM_FleetDecodeApply(benchmark::State& state) {
+  FilledFleet& f = Filled();
+  f.stream.SetTailFirst(state.range(0) == 1);
+  const size_t targets = f.stream.targets();
+  int64_t worst_ns = 0;
+  DecodedBatch batch;
+  std::vector<std::string> round(targets);
+  uint64_t blocks = 0, events = 0;
+  for (auto _ : state) {
+    for (size_t t = 0; t < targets; ++t) round[t] = f.stream.Next(t, blocks);
+    const int64_t c0 = ThreadCpuNs();
+    for (size_t t = 0; t < targets; ++t) {
+      if (!DecodeEventBatch(Bytes(round[t]), batch).ok()) state.SkipWithError("decode failed");
+      events += ApplyEventBatch(f.index, f.ids[t], batch, f.apply_states[t]).events;
+    }
+    const int64_t ns = ThreadCpuNs() - c0;
+    worst_ns = std::max(worst_ns, ns);
+    state.SetIterationTime(static_cast<double>(ns) * 1e-9);
+  }
+  state.counters["worst_round_ms"] = static_cast<double>(worst_ns) / 1e6;
+  state.counters["blocks/s"] =
+      benchmark::Counter(static_cast<double>(blocks), benchmark::Counter::kIsRate);
+  state.counters["events/s"] =
+      benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
+  size_t in_view = 0;
+  for (core::TargetId id : f.ids) in_view += f.index.BlockCount(id);
+  state.counters["view_blocks"] = static_cast<double>(in_view);
+}
+
+// What one row-table growth of that index costs (the router prepares it under the
+// shared lock: KvIndex::PrepareGrowth, the rows rebuilt and every engine map
+// translated); built and dropped each iteration, never installed. CPU time.
+void BM_FleetGrowthPlan(benchmark::State& state) {
+  FilledFleet& f = Filled();
+  size_t in_view = 0;
+  for (core::TargetId id : f.ids) in_view += f.index.BlockCount(id);
+  for (auto _ : state) {
+    const int64_t c0 = ThreadCpuNs();
+    core::GrowthPlan plan = f.index.PrepareGrowth(f.ids[0], in_view);
+    benchmark::DoNotOptimize(plan);
+    state.SetIterationTime(static_cast<double>(ThreadCpuNs() - c0) * 1e-9);
+    if (plan.empty()) state.SkipWithError("no growth prepared");
+  }
+  state.counters["rows"] = static_cast<double>(in_view);
+}
+
 // Arg: 0 = vLLM (map batch, map events), 2 = SGLang (array batch, array events).
 BENCHMARK(BM_DecodeOnly)->Arg(0)->Arg(2)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeApply)->Arg(0)->Arg(2)->Unit(benchmark::kMillisecond);
@@ -258,6 +428,8 @@ BENCHMARK(BM_BigBatch)
     ->Args({2, kDefaultSliceUnits})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);
+BENCHMARK(BM_FleetDecodeApply)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FleetGrowthPlan)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
 }  // namespace infera::events

@@ -47,11 +47,7 @@ GrowthPlan KvIndex::PrepareGrowth(TargetId id, size_t more) const {
   if (rows_due) {
     p->rows_rebuilt = true;
     p->rows = x.rows.Rebuilt(x.rows.ReserveCapacity(more), &old_to_new);
-    p->rows.ForEach([&](uint32_t i) {
-      Row& r = p->rows.slot(i);
-      const uint32_t parent = ParentOf(r);
-      if (IsRow(parent)) r.link = (r.link & ~kParentMask) | old_to_new[parent];
-    });
+    TranslateParents(p->rows, old_to_new);
   }
   for (TargetId u = 0; u < x.targets.size(); ++u) {
     const Impl::Target& target = x.targets[u];
@@ -64,10 +60,9 @@ GrowthPlan KvIndex::PrepareGrowth(TargetId id, size_t more) const {
              : target.engine_map.Clone();
     bool ok = true;
     if (rows_due) {
-      map.ForEach([&](uint32_t i) {
-        EngineEntry& e = map.slot(i);
-        const uint32_t to = e.row() < old_to_new.size() ? old_to_new[e.row()] : kNoRow;
+      ForEachEntryTranslated(map, old_to_new, [&](uint32_t i, uint32_t to) {
         if (to == kNoRow) ok = false;
+        EngineEntry& e = map.slot(i);
         e.set(to, e.epoch());
       });
     }

@@ -5,60 +5,8 @@
 
 namespace infera::events {
 
-MsgpackType MsgpackReader::Peek() const {
-  if (failed_ || pos_ >= bytes_.size()) return MsgpackType::kInvalid;
-  const uint8_t b = bytes_[pos_];
-  if (b <= 0x7f) return MsgpackType::kUint;
-  if (b <= 0x8f) return MsgpackType::kMap;
-  if (b <= 0x9f) return MsgpackType::kArray;
-  if (b <= 0xbf) return MsgpackType::kStr;
-  if (b >= 0xe0) return MsgpackType::kInt;
-  switch (b) {
-    case 0xc0:
-      return MsgpackType::kNil;
-    case 0xc2:
-    case 0xc3:
-      return MsgpackType::kBool;
-    case 0xc4:
-    case 0xc5:
-    case 0xc6:
-      return MsgpackType::kBin;
-    case 0xc7:
-    case 0xc8:
-    case 0xc9:
-    case 0xd4:
-    case 0xd5:
-    case 0xd6:
-    case 0xd7:
-    case 0xd8:
-      return MsgpackType::kExt;
-    case 0xca:
-    case 0xcb:
-      return MsgpackType::kFloat;
-    case 0xcc:
-    case 0xcd:
-    case 0xce:
-    case 0xcf:
-      return MsgpackType::kUint;
-    case 0xd0:
-    case 0xd1:
-    case 0xd2:
-    case 0xd3:
-      return MsgpackType::kInt;
-    case 0xd9:
-    case 0xda:
-    case 0xdb:
-      return MsgpackType::kStr;
-    case 0xdc:
-    case 0xdd:
-      return MsgpackType::kArray;
-    case 0xde:
-    case 0xdf:
-      return MsgpackType::kMap;
-    default:
-      return MsgpackType::kInvalid;  // 0xc1
-  }
-}
+static_assert(std::endian::native == std::endian::little,
+              "ReadInt64Bits byte-swaps a big-endian load; port for big-endian hosts");
 
 bool MsgpackReader::Take(size_t n, const uint8_t*& p) {
   if (failed_ || n > bytes_.size() - pos_) return Fail();
@@ -128,7 +76,7 @@ bool MsgpackReader::ReadAnyInt(bool& negative, uint64_t& value) {
   return true;
 }
 
-bool MsgpackReader::ReadUint(uint64_t& out) {
+bool MsgpackReader::ReadUintSlow(uint64_t& out) {
   bool negative;
   uint64_t v;
   if (!ReadAnyInt(negative, v) || negative) return Fail();
@@ -146,7 +94,7 @@ bool MsgpackReader::ReadInt(int64_t& out) {
   return true;
 }
 
-bool MsgpackReader::ReadInt64Bits(uint64_t& out) {
+bool MsgpackReader::ReadInt64BitsSlow(uint64_t& out) {
   bool negative;
   uint64_t v;
   if (!ReadAnyInt(negative, v)) return Fail();

@@ -103,5 +103,55 @@ TEST(MsgpackReader, FailureIsSticky) {
   EXPECT_FALSE(r.ReadUint(u));
 }
 
+// Peek's type of every first byte (the msgpack spec's format table).
+TEST(MsgpackReader, PeekTypesEveryFirstByte) {
+  struct Range {
+    int lo, hi;
+    MsgpackType type;
+  };
+  const Range ranges[] = {
+      {0x00, 0x7f, MsgpackType::kUint},  {0x80, 0x8f, MsgpackType::kMap},
+      {0x90, 0x9f, MsgpackType::kArray}, {0xa0, 0xbf, MsgpackType::kStr},
+      {0xc0, 0xc0, MsgpackType::kNil},   {0xc1, 0xc1, MsgpackType::kInvalid},
+      {0xc2, 0xc3, MsgpackType::kBool},  {0xc4, 0xc6, MsgpackType::kBin},
+      {0xc7, 0xc9, MsgpackType::kExt},   {0xca, 0xcb, MsgpackType::kFloat},
+      {0xcc, 0xcf, MsgpackType::kUint},  {0xd0, 0xd3, MsgpackType::kInt},
+      {0xd4, 0xd8, MsgpackType::kExt},   {0xd9, 0xdb, MsgpackType::kStr},
+      {0xdc, 0xdd, MsgpackType::kArray}, {0xde, 0xdf, MsgpackType::kMap},
+      {0xe0, 0xff, MsgpackType::kInt},
+  };
+  int covered = 0;
+  for (const Range& range : ranges) {
+    for (int b = range.lo; b <= range.hi; ++b, ++covered) {
+      const uint8_t byte = static_cast<uint8_t>(b);
+      EXPECT_EQ(MsgpackReader(std::span<const uint8_t>(&byte, 1)).Peek(), range.type) << b;
+    }
+  }
+  EXPECT_EQ(covered, 256);
+  EXPECT_EQ(MsgpackReader(std::span<const uint8_t>()).Peek(), MsgpackType::kInvalid);
+}
+
+// The inline fast paths (uint 8 / 16 token ids, 9-byte hashes) check the bytes left.
+TEST(MsgpackReader, TruncatedIntegersFail) {
+  for (const char* hex : {"cc", "cd 01", "ce 010000", "cf 01020304050607", "d3 01"}) {
+    const auto bytes = HexBytes(hex);
+    MsgpackReader r1(bytes);
+    uint64_t u;
+    EXPECT_FALSE(r1.ReadUint(u)) << hex;
+    EXPECT_TRUE(r1.failed()) << hex;
+    MsgpackReader r2(bytes);
+    EXPECT_FALSE(r2.ReadInt64Bits(u)) << hex;
+    EXPECT_TRUE(r2.failed()) << hex;
+  }
+  const auto hashes = HexBytes("cf 0102030405060708 d3 fffffffffffffffe");
+  MsgpackReader r(hashes);
+  uint64_t u;
+  ASSERT_TRUE(r.ReadInt64Bits(u));
+  EXPECT_EQ(u, 0x0102030405060708u);
+  ASSERT_TRUE(r.ReadInt64Bits(u));
+  EXPECT_EQ(u, ~uint64_t{1});
+  EXPECT_TRUE(r.AtEnd());
+}
+
 }  // namespace
 }  // namespace infera::events

@@ -281,10 +281,10 @@ class Decoder {
       case Field::kBlockHashes: {
         uint32_t n;
         if (!r_.ReadArrayHeader(n)) return Bad("block_hashes is not an array");
+        const size_t base = out_.hashes.size();
+        out_.hashes.resize(base + n);
         for (uint32_t i = 0; i < n; ++i) {
-          uint64_t h = 0;  // g++ -O3 in a unity build: a false maybe-uninitialized
-          if (!Hash(h)) return false;
-          out_.hashes.push_back(h);
+          if (!Hash(out_.hashes[base + i])) return false;
         }
         return true;
       }
@@ -301,10 +301,11 @@ class Decoder {
         if (out_.tokens.size() + n > out_.tokens.capacity()) {
           out_.tokens.reserve(std::max(out_.tokens.size() + n, 2 * out_.tokens.capacity()));
         }
+        const size_t base = out_.tokens.size();
+        out_.tokens.resize(base + n);
+        core::TokenId* tokens = out_.tokens.data() + base;
         for (uint32_t i = 0; i < n; ++i) {
-          uint32_t tok = 0;
-          if (!Token(tok)) return false;
-          out_.tokens.push_back(tok);
+          if (!Token(tokens[i])) return false;
         }
         return true;
       }
