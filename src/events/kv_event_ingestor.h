@@ -133,7 +133,7 @@ struct IngestorOptions {
   KvSnapshotOptions snapshot = {};
   std::shared_ptr<KvSnapshotStats> snapshot_stats = nullptr;
   std::shared_ptr<const RestoredTargets> restored = nullptr;
-  int max_concurrent_verify_replays = 64;  // verify replays, apart from the gap replays
+  int max_concurrent_verify_replays = 128;  // verify replays, apart from the gap replays
   // Restored targets discovery has not added this long after the ingestor started are
   // removed from the index (refused_targets_total{reason="unclaimed"}, §6.1 step 5).
   int64_t unclaimed_after_ms = 10'000;
