@@ -83,6 +83,7 @@ struct KvEventIngestor::Conn : StreamState {
 KvEventIngestor::KvEventIngestor(SharedKvIndex& index, IngestorOptions options)
     : options_(options),
       ctx_(IngestionContext()),
+      replay_ctx_(IngestionContext()),
       index_mu_(index.mutex()),
       index_(index.index()),
       clock_(options_.clock != nullptr ? *options_.clock : log::ProcessSteadyClock()),
@@ -95,6 +96,7 @@ KvEventIngestor::KvEventIngestor(SharedKvIndex& index, IngestorOptions options)
 KvEventIngestor::KvEventIngestor(IngestorOptions options)
     : options_(options),
       ctx_(IngestionContext()),
+      replay_ctx_(IngestionContext()),
       owned_index_(std::make_unique<SharedKvIndex>()),
       index_mu_(owned_index_->mutex()),
       index_(owned_index_->index()),
@@ -229,10 +231,9 @@ void KvEventIngestor::RunLoop() {
     DrainCommands(conns);
     int64_t timeout_ms = options_.poll_interval_ms;
     const int64_t now_ns = clock_.NowNs();
-    if (snapshotter_ != nullptr && snapshotter_->InCycle()) timeout_ms = 0;
-    if (active_replays_ + active_verifies_ > 0) {
-      for (const auto& c : conns) {
-        if (!c->replay) continue;
+    if (!drained_.empty() || (snapshotter_ != nullptr && snapshotter_->InCycle())) timeout_ms = 0;
+    if (!in_flight_.empty()) {
+      for (const Conn* c : in_flight_) {
         // Rounded up: a wake-up before the deadline would find the replay not yet late.
         timeout_ms =
             std::min(timeout_ms,
@@ -272,11 +273,13 @@ void KvEventIngestor::RunLoop() {
     }
     round.clear();
     // Replays past their deadline fail; their targets go on from the held messages.
-    if (active_replays_ + active_verifies_ > 0) {
+    if (!in_flight_.empty()) {
       const int64_t after_ns = clock_.NowNs();
-      for (const auto& c : conns) {
-        if (c->replay && after_ns >= c->replay_deadline_ns) FinishReplay(*c, /*ok=*/false);
+      late_.clear();
+      for (Conn* c : in_flight_) {
+        if (after_ns >= c->replay_deadline_ns) late_.push_back(c);
       }
+      for (Conn* c : late_) FinishReplay(*c, /*ok=*/false);
     }
     StartWaitingReplays();
     if (unclaimed_deadline_ns_ >= 0 && clock_.NowNs() >= unclaimed_deadline_ns_) DropUnclaimed();
@@ -331,13 +334,19 @@ void KvEventIngestor::Unwatch(Conn& c, WatchKind kind) {
 }
 
 void KvEventIngestor::DrainCommands(std::vector<std::shared_ptr<Conn>>& conns) {
-  std::deque<Command> commands;
   {
     base::MutexLock lock(registry_mu_);
-    commands.swap(commands_);
+    for (Command& cmd : commands_) drained_.push_back(std::move(cmd));
+    commands_.clear();
   }
-  for (Command& cmd : commands) {
+  // At most kAddsPerRound subscriptions a round: a fleet's thousands of targets must
+  // not hold back the verify replays of the first ones (doc/snapshot.md §8.1).
+  int round_adds = 0;
+  while (!drained_.empty() && round_adds < kAddsPerRound) {
+    const Command cmd = std::move(drained_.front());
+    drained_.pop_front();
     if (cmd.add) {
+      ++round_adds;
       OpenSockets(*cmd.conn);
       WatchSocket(*cmd.conn, WatchKind::kMonitor);
       WatchSocket(*cmd.conn, WatchKind::kSub);
@@ -525,12 +534,13 @@ void KvEventIngestor::StartReplay(Conn& c) {
   counters_.replays.fetch_add(1, std::memory_order_relaxed);
   c.replay_deadline_ns = clock_.NowNs() + int64_t{options_.replay_timeout_ms} * 1'000'000;
   try {
-    auto dealer = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::dealer);
+    auto dealer = std::make_unique<zmq::socket_t>(*replay_ctx_, zmq::socket_type::dealer);
     dealer->set(zmq::sockopt::linger, 0);
     dealer->connect(c.spec.replay_endpoint);
     c.replay = std::move(dealer);
     WatchSocket(c, WatchKind::kReplay);
     ++(c.verifying ? active_verifies_ : active_replays_);
+    in_flight_.push_back(&c);
     const std::string start = BE64(c.replay_from);
     // connect() made the peer's queue: the request is queued, never blocks.
     const bool sent =
@@ -730,7 +740,10 @@ void KvEventIngestor::QueueReplay(Conn& c) {
   (c.verifying ? waiting_verifies_ : waiting_replays_).push_back(&c);
 }
 
-void KvEventIngestor::ReleaseSlot(Conn& c) { --(c.verifying ? active_verifies_ : active_replays_); }
+void KvEventIngestor::ReleaseSlot(Conn& c) {
+  --(c.verifying ? active_verifies_ : active_replays_);
+  std::erase(in_flight_, &c);
+}
 
 void KvEventIngestor::CountVerify(Conn& c, VerifyResult result) {
   if (options_.snapshot_stats) {

@@ -133,7 +133,7 @@ struct IngestorOptions {
   KvSnapshotOptions snapshot = {};
   std::shared_ptr<KvSnapshotStats> snapshot_stats = nullptr;
   std::shared_ptr<const RestoredTargets> restored = nullptr;
-  int max_concurrent_verify_replays = 64;  // verify replays, apart from the gap replays
+  int max_concurrent_verify_replays = 128;  // verify replays, apart from the gap replays
   // Restored targets discovery has not added this long after the ingestor started are
   // removed from the index (refused_targets_total{reason="unclaimed"}, §6.1 step 5).
   int64_t unclaimed_after_ms = 10'000;
@@ -264,6 +264,11 @@ class KvEventIngestor final : public KvEventSource {
   const IngestorOptions options_;
   KvEventCounters counters_;
   std::unique_ptr<zmq::context_t> ctx_;  // outlives every socket
+  // Replay DEALERs live in a context of their own: closing a socket makes libzmq's
+  // reaper walk its context's inproc endpoints, which in ctx_ are one per SUB monitor
+  // (4,104 at fleet scale, for each of 4,104 verify replays), and its I/O thread does
+  // the replays' handshakes next to the subscriptions' (doc/snapshot.md §8.1).
+  std::unique_ptr<zmq::context_t> replay_ctx_;
 
   std::unique_ptr<SharedKvIndex> owned_index_;  // when constructed without an index
   WriterPriorityMutex& index_mu_;               // guards index_ and Conn::alive
@@ -276,6 +281,10 @@ class KvEventIngestor final : public KvEventSource {
   // By TargetKey::ToString().
   std::map<std::string, std::shared_ptr<Conn>> registry_ ABSL_GUARDED_BY(registry_mu_);
   std::deque<Command> commands_ ABSL_GUARDED_BY(registry_mu_);
+  // Ingestion thread only: commands taken from commands_, at most kAddsPerRound adds
+  // done per loop round (the rest wait in order for the next round).
+  std::deque<Command> drained_;
+  static constexpr int kAddsPerRound = 128;
 
   // Ingestion thread only: the epoll set of every socket, the sockets to read in the
   // next round (read and still readable, or just registered).
@@ -284,6 +293,10 @@ class KvEventIngestor final : public KvEventSource {
   // Ingestion thread only: replays in flight, and targets waiting for a slot.
   int active_replays_ = 0;
   std::deque<Conn*> waiting_replays_;  // owned by RunLoop's list; removed with it
+  // The targets whose replay socket is open (gap replays and verifies): the loop's
+  // deadline checks walk these, not every target (4,104 per round at fleet scale).
+  std::vector<Conn*> in_flight_;
+  std::vector<Conn*> late_;  // scratch: this round's replays past their deadline
   int active_verifies_ = 0;
   // After a replay socket could not be made (EMFILE): no new replay before this.
   static constexpr int64_t kReplayPauseNs = 20'000'000;
