@@ -71,12 +71,15 @@ uint32_t BoundPort(const std::string& bound) {
 // With an OS-picked port and several ranks, rank 0 takes what the OS gives (P) and
 // rank r binds P + r; when one of those is taken, every socket is closed and a new
 // P is tried, so the ranks always sit on consecutive ports as a router derives them.
+// A failed attempt's sockets stay bound until the next attempt has bound its own, so
+// the OS cannot hand out the same P (with P + r still taken) attempt after attempt.
 absl::StatusOr<std::vector<std::unique_ptr<events::EventPublisher>>> EngineRunner::RankPublishers(
     const RunnerOptions& options) {
   const bool pick_events = options.dp_size > 1 && AnyPort(options.events_endpoint);
   const bool pick_replay = options.dp_size > 1 && AnyPort(options.replay_endpoint);
   constexpr int kAttempts = 50;
   absl::Status last;
+  std::vector<std::unique_ptr<events::EventPublisher>> failed;  // the previous attempt's
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     std::vector<std::unique_ptr<events::EventPublisher>> out;
     for (uint32_t r = 0; r < options.dp_size; ++r) {
@@ -103,6 +106,7 @@ absl::StatusOr<std::vector<std::unique_ptr<events::EventPublisher>>> EngineRunne
     }
     if (out.size() == options.dp_size) return out;
     if (!pick_events && !pick_replay) break;  // fixed ports: trying again binds the same
+    failed = std::move(out);
   }
   return last;
 }
