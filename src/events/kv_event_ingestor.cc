@@ -165,8 +165,12 @@ core::TargetId KvEventIngestor::AddTarget(const IngestTarget& target) {
 }
 
 int64_t KvEventIngestor::DescriptorsHeld() const {
-  return kDescriptorsPerTarget * followed_targets_.load() +
-         2 * static_cast<int64_t>(options_.max_concurrent_replays);
+  // With snapshots on, the verify replays have slots of their own and the writer holds
+  // the temp file and its directory while it writes (doc/snapshot.md §5.2, §6.2).
+  const bool snapshots = options_.snapshot.enabled();
+  const int64_t slots = options_.max_concurrent_replays +
+                        (snapshots ? options_.max_concurrent_verify_replays : 0);
+  return kDescriptorsPerTarget * followed_targets_.load() + 2 * slots + (snapshots ? 2 : 0);
 }
 
 void KvEventIngestor::RemoveTarget(const core::TargetKey& key) {

@@ -186,7 +186,8 @@ class KvEventIngestor final : public KvEventSource {
 
   const KvEventCounters& counters() const override { return counters_; }
   bool Replaying() const override { return initial_replays_pending_.load() > 0; }
-  // kDescriptorsPerTarget per followed target plus two per replay slot.
+  // kDescriptorsPerTarget per followed target plus two per replay slot (verify slots
+  // included when snapshots are on) plus the snapshot writer's two.
   int64_t DescriptorsHeld() const override;
   // A target's SUB socket holds its TCP connection and its mailbox's eventfd; its
   // monitor and the monitor's reader hold a mailbox each (4,096 targets: ~16,400

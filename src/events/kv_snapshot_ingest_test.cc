@@ -195,5 +195,19 @@ TEST_F(SnapshotIngest, RecordsDiscoveryNeverAddsAreDropped) {
   }));
 }
 
+// With snapshots on, the descriptors the HTTP server leaves alone include the verify
+// replays' slots and the writer's file and directory (doc/http.md: a burst of client
+// connections must not starve the verifies or the snapshot write of descriptors).
+TEST_F(SnapshotIngest, DescriptorsHeldCountVerifySlotsAndTheWriter) {
+  const IngestorOptions defaults;
+  const int64_t without = 2 * int64_t{defaults.max_concurrent_replays};
+  KvEventIngestor off;
+  EXPECT_EQ(off.DescriptorsHeld(), without);
+  SharedKvIndex index;
+  KvEventIngestor on(index, IngestorOptions{.snapshot = options_});
+  EXPECT_EQ(on.DescriptorsHeld(),
+            without + 2 * int64_t{defaults.max_concurrent_verify_replays} + 2);
+}
+
 }  // namespace
 }  // namespace infera::events
