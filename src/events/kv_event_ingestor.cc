@@ -610,7 +610,6 @@ void KvEventIngestor::FinishReplay(Conn& c, bool ok) {
     c.replay.reset();
     ReleaseSlot(c);
   }
-  EndInitialReplay(c);
   if (c.replay_waiting) {
     c.replay_waiting = false;
     std::erase(waiting_replays_, &c);
@@ -654,6 +653,9 @@ void KvEventIngestor::FinishReplay(Conn& c, bool ok) {
     first = false;
   }
   PublishStatus(c);
+  // Last: a reader that sees Replaying() false (/ready, tests) then reads this
+  // target's final status and view, not the state before the held messages.
+  EndInitialReplay(c);
 }
 
 void KvEventIngestor::StartWaitingReplays() {
