@@ -12,15 +12,30 @@
 #include "engine_events/fake_engine_cache.h"
 #include "engine_events/publisher.h"
 #include "events/kv_event_ingestor.h"
-#include "events/ingestor_test_support.h"
 #include "testing/wait_for.h"
 
 namespace infera::events {
 namespace {
 
-using test_support::MakePublisher;
-using test_support::TargetFor;
 using testing::WaitFor;
+
+std::unique_ptr<EventPublisher> SnapPublisher(size_t buffer = 10'000) {
+  auto pub = EventPublisher::Create({.pub_endpoint = "tcp://127.0.0.1:0",
+                                     .replay_endpoint = "tcp://127.0.0.1:0",
+                                     .topic = "kv-events",
+                                     .shape = WireShape::kVllm,
+                                     .buffer_batches = buffer});
+  EXPECT_TRUE(pub.ok()) << pub.status();
+  return std::move(*pub);
+}
+
+IngestTarget SnapTarget(const EventPublisher& pub, bool replay = true) {
+  return {.key = {"engine:1", 0},
+          .events_endpoint = pub.pub_endpoint(),
+          .replay_endpoint = replay ? pub.replay_endpoint() : "",
+          .block_size = 16,
+          .topic = "kv-events"};
+}
 
 std::vector<core::BlockHash> SharedView(const SharedKvIndex& index, const core::TargetKey& key) {
   return index.WithIndex([&](const core::KvIndex& i) {
@@ -45,7 +60,7 @@ class SnapshotIngest : public ::testing::Test {
   void WriteSnapshot(EventPublisher& pub, const std::vector<core::BlockHash>& truth) {
     SharedKvIndex index;
     KvEventIngestor ing(index, IngestorOptions{.replay_on_add = true, .snapshot = options_});
-    ing.AddTarget(TargetFor(pub));
+    ing.AddTarget(SnapTarget(pub));
     ASSERT_TRUE(WaitFor([&] {
       return !ing.Replaying() && SharedView(index, {"engine:1", 0}) == truth;
     }));
@@ -80,12 +95,12 @@ class SnapshotIngest : public ::testing::Test {
 };
 
 TEST_F(SnapshotIngest, VerifyOkReplaysOnlyWhatCameAfterTheRecord) {
-  auto pub = MakePublisher();
+  auto pub = SnapPublisher();
   FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
   for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());
   WriteSnapshot(*pub, engine.TruthRouterHashes());
   for (int i = 0; i < 5; ++i) pub->Publish(engine.NextBatch());  // while the router is down
-  auto r = Restart(TargetFor(*pub));
+  auto r = Restart(SnapTarget(*pub));
   EXPECT_EQ(r->stats->loads[static_cast<size_t>(LoadResult::kLoaded)].load(), 1u);
   ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
   EXPECT_EQ(Verified(*r, VerifyResult::kOk), 1u);
@@ -96,53 +111,53 @@ TEST_F(SnapshotIngest, VerifyOkReplaysOnlyWhatCameAfterTheRecord) {
 }
 
 TEST_F(SnapshotIngest, RestartedEnginePastTheRecordFailsTheEpochCheck) {
-  auto pub = MakePublisher();
+  auto pub = SnapPublisher();
   FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
   for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());
   WriteSnapshot(*pub, engine.TruthRouterHashes());
   pub.reset();
-  auto pub2 = MakePublisher();  // the engine restarted: seq from 0, other blocks
+  auto pub2 = SnapPublisher();  // the engine restarted: seq from 0, other blocks
   FakeEngineCache engine2({.seed = 4, .capacity_blocks = 512});
   for (int i = 0; i < 25; ++i) pub2->Publish(engine2.NextBatch());
-  auto r = Restart(TargetFor(*pub2));
+  auto r = Restart(SnapTarget(*pub2));
   ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
   EXPECT_EQ(Verified(*r, VerifyResult::kEpoch), 1u);
   EXPECT_EQ(SharedView(r->index, {"engine:1", 0}), engine2.TruthRouterHashes());
 }
 
 TEST_F(SnapshotIngest, RestartedEngineShortOfTheRecordIsEmpty) {
-  auto pub = MakePublisher();
+  auto pub = SnapPublisher();
   FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
   for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());
   WriteSnapshot(*pub, engine.TruthRouterHashes());
   pub.reset();
-  auto pub2 = MakePublisher();
+  auto pub2 = SnapPublisher();
   FakeEngineCache engine2({.seed = 4, .capacity_blocks = 512});
   for (int i = 0; i < 5; ++i) pub2->Publish(engine2.NextBatch());
-  auto r = Restart(TargetFor(*pub2));
+  auto r = Restart(SnapTarget(*pub2));
   ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
   EXPECT_EQ(Verified(*r, VerifyResult::kEmpty), 1u);
   EXPECT_EQ(SharedView(r->index, {"engine:1", 0}), engine2.TruthRouterHashes());
 }
 
 TEST_F(SnapshotIngest, BufferTrimmedPastTheRecordIsAGap) {
-  auto pub = MakePublisher(/*buffer=*/8);
+  auto pub = SnapPublisher(/*buffer=*/8);
   FakeEngineCache engine({.seed = 3, .capacity_blocks = 4096});
   for (int i = 0; i < 6; ++i) pub->Publish(engine.NextBatch());
   WriteSnapshot(*pub, engine.TruthRouterHashes());
   for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());  // seq 5 left the buffer
-  auto r = Restart(TargetFor(*pub));
+  auto r = Restart(SnapTarget(*pub));
   ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
   EXPECT_EQ(Verified(*r, VerifyResult::kGap), 1u);
   EXPECT_FALSE(r->ing->TargetStatuses()[0].complete);  // the buffer does not start at 0
 }
 
 TEST_F(SnapshotIngest, WithoutAReplaySocketTheFirstLiveSeqDecides) {
-  auto pub = MakePublisher();
+  auto pub = SnapPublisher();
   FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
   for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());
   WriteSnapshot(*pub, engine.TruthRouterHashes());
-  auto r = Restart(TargetFor(*pub, /*replay=*/false));
+  auto r = Restart(SnapTarget(*pub, /*replay=*/false));
   EXPECT_FALSE(r->ing->Replaying());
   uint64_t last = 0;
   auto verdicts = [&] {
@@ -161,7 +176,7 @@ TEST_F(SnapshotIngest, WithoutAReplaySocketTheFirstLiveSeqDecides) {
 }
 
 TEST_F(SnapshotIngest, RecordsDiscoveryNeverAddsAreDropped) {
-  auto pub = MakePublisher();
+  auto pub = SnapPublisher();
   FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
   for (int i = 0; i < 5; ++i) pub->Publish(engine.NextBatch());
   WriteSnapshot(*pub, engine.TruthRouterHashes());
