@@ -379,6 +379,21 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
                  "prompt blocks (the decode step's share of a new request's wait; 0: off)")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
+  app.add_option("--kv-seq-wait-load", f.seq_wait_blocks,
+                 "work load term: blocks of cost per request a new one would wait behind "
+                 "for a sequence slot on an engine at its max_num_seqs (0: off)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  app.add_option("--kv-inflight-credit", f.inflight_credit,
+                 "kv-aware: weight of an engine's in-flight run of the prompt (blocks past its "
+                 "view's hits that its in-flight requests hold), credited as hits (0: off)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--kv-inflight-holders", f.inflight_credit_holders,
+                 "kv-aware: the in-flight run is credited while fewer than this many "
+                 "in-flight requests on the engine hold the prompt's first block")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   app.add_option("--slo-ttft-ms", f.slo_ttft_ms,
                  "search each policy's goodput: the highest arrival rate (bisection over "
                  "the time scale) with TTFT p99 <= this")
@@ -564,6 +579,9 @@ int RunOffline(const OfflineFlags& flags) {
     config.policy.kv_pressure_slope = flags.kv_pressure_slope;
     config.policy.load_queue_scaling = flags.load_queue_scaling;
     config.policy.decode_load_blocks = flags.decode_load_blocks;
+    config.policy.seq_wait_blocks = flags.seq_wait_blocks;
+    config.policy.inflight_credit = flags.inflight_credit;
+    config.policy.inflight_credit_holders = flags.inflight_credit_holders;
     config.policy.random_seed = 42;
     config.capacity_known = flags.capacity == "known";
     size_t reported = 0;

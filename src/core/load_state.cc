@@ -68,7 +68,7 @@ void LoadState::ActiveGuard::PrefillDone() {
 LoadState::LoadState(const LoadOptions& options) : options_(options) {
   assert(options.recent_decay >= 0 && options.recent_decay <= 1);
   assert(options.kv_pressure_threshold >= 0 && options.kv_pressure_slope >= 0);
-  assert(options.decode_load_blocks >= 0);
+  assert(options.decode_load_blocks >= 0 && options.seq_wait_blocks >= 0);
 }
 
 LoadState::Slot& LoadState::SlotFor(TargetId target) {
@@ -219,6 +219,13 @@ void LoadState::ObserveCachedBlocks(TargetId target, size_t blocks) {
   }
 }
 
+void LoadState::SetMaxSeqs(TargetId target, size_t seqs) { SlotFor(target).max_seqs = seqs; }
+
+size_t LoadState::MaxSeqs(TargetId target) const {
+  const Slot* slot = FindSlot(target);
+  return slot ? slot->max_seqs : 0;
+}
+
 size_t LoadState::CapacityBlocks(TargetId target) const {
   const Slot* slot = FindSlot(target);
   if (slot == nullptr) return 0;
@@ -262,13 +269,35 @@ double LoadState::DecodeLoad(TargetId target) const {
   return options_.decode_load_blocks * std::min(1.0, occupancy);
 }
 
+double LoadState::SeqWait(TargetId target) const {
+  const size_t max_seqs = MaxSeqs(target);
+  const size_t requests = Requests(target);
+  if (max_seqs == 0 || options_.seq_wait_blocks == 0 || requests < max_seqs) return 0;
+  return options_.seq_wait_blocks * static_cast<double>(requests + 1 - max_seqs);
+}
+
+size_t LoadState::ActiveHolders(TargetId target, BlockHash hash) const {
+  const Slot* slot = FindSlot(target);
+  if (slot == nullptr) return 0;
+  auto it = slot->active.find(hash);
+  return it == slot->active.end() ? 0 : it->second;
+}
+
+size_t LoadState::ActiveRun(TargetId target, std::span<const BlockHash> chain, size_t from) const {
+  const Slot* slot = FindSlot(target);
+  if (slot == nullptr) return 0;
+  size_t n = 0;
+  while (from + n < chain.size() && slot->active.contains(chain[from + n])) ++n;
+  return n;
+}
+
 double LoadState::Load(TargetId target, size_t incoming_blocks) const {
   if (options_.term == LoadTerm::kSpec) {
     return static_cast<double>(ActiveBlocks(target) + RemoteActiveBlocks(target)) +
            RecentBlocks(target);
   }
   return PendingPrefillBlocks(target) + RemotePendingPrefillBlocks(target) +
-         KvPressure(target, incoming_blocks) + DecodeLoad(target);
+         KvPressure(target, incoming_blocks) + DecodeLoad(target) + SeqWait(target);
 }
 
 void LoadState::SetRemote(TargetId target, size_t active_blocks, double pending_prefill_blocks) {

@@ -24,15 +24,17 @@
 //
 // Load(t, incoming) by LoadTerm:
 //  * kSpec: active_blocks + recent_blocks (the spec's active_blocks until completion).
-//  * kWork (default): pending_prefill + KvPressure(t, incoming) + DecodeLoad(t), all in
-//    blocks of prefill work, the unit of the cost's miss term. KvPressure is
+//  * kWork (default): pending_prefill + KvPressure(t, incoming) + DecodeLoad(t) +
+//    SeqWait(t), all in blocks of prefill work, the unit of the cost's miss term. KvPressure is
 //    slope × max(0, active + incoming − threshold × capacity) (0 when the capacity is
 //    unknown): free below the threshold (80 %), steep above it, where the engine
 //    would start to preempt. DecodeLoad is decode_load_blocks × min(1, request blocks
 //    / capacity): the step that computes a new prefill also runs one decode step of
 //    every running sequence, whose time grows with the KV they read (the engine
 //    timing model's decode_ms(occupancy), doc/selection.md), so an engine with a
-//    heavier decode batch delays a new request's first token more. Recent blocks are not counted:
+//    heavier decode batch delays a new request's first token more. SeqWait (off by
+//    default) is seq_wait_blocks per request a new one would wait behind for a
+//    sequence slot on a target at its max_num_seqs. Recent blocks are not counted:
 //    pending prefill is the same charge (a pick's missed blocks) held until the prefill is done.
 //  * Remote load (--router-replica-sync, doc/replica-sync.md): the other replicas'
 //    active and pending prefill blocks on the target (SetRemote) add to the local
@@ -85,6 +87,9 @@ struct LoadOptions {
   // kWork: the decode term's cost at a KV capacity full of in-flight requests' blocks
   // (DecodeLoad); 0 = off.
   double decode_load_blocks = 0;
+  // kWork: blocks of cost per request that would wait for a sequence slot on a target
+  // at its max_num_seqs (SeqWait); 0 = off.
+  double seq_wait_blocks = 0;
 };
 
 // What a pick still has to compute on its target.
@@ -163,6 +168,9 @@ class LoadState {
   void ObserveCachedBlocks(TargetId target, size_t blocks);
   // Known capacity, else learned, else 0 (unknown).
   size_t CapacityBlocks(TargetId target) const;
+  // The worker's max_num_seqs (sequences it runs at once); 0 = unknown (no SeqWait).
+  void SetMaxSeqs(TargetId target, size_t seqs);
+  size_t MaxSeqs(TargetId target) const;
 
   // Distinct in-flight blocks (plus anonymous ones) on the target.
   size_t ActiveBlocks(TargetId target) const;
@@ -177,6 +185,15 @@ class LoadState {
   // when the capacity is unknown. What the decode part of the step that computes a new
   // request's prefill costs it on this target, in blocks of prefill (see above).
   double DecodeLoad(TargetId target) const;
+  // The sequence-slot term (kWork): seq_wait_blocks × the requests a new one would
+  // wait behind for a sequence slot, max(0, Requests + 1 − max_num_seqs); 0 when
+  // max_num_seqs is unknown. An engine at max_num_seqs admits a waiting request only
+  // when a running one finishes, a wait that pending prefill does not see.
+  double SeqWait(TargetId target) const;
+  // In-flight requests on the target whose active chain holds `hash` (its refcount).
+  size_t ActiveHolders(TargetId target, BlockHash hash) const;
+  // How many blocks of `chain` from `from` on are in the target's active set, in a row.
+  size_t ActiveRun(TargetId target, std::span<const BlockHash> chain, size_t from) const;
   // The load term of the cost for a request of `incoming_blocks` (see above).
   double Load(TargetId target, size_t incoming_blocks = 0) const;
   // The other router replicas' load on the target (sums over replicas, >= 0); the
@@ -230,6 +247,7 @@ class LoadState {
     std::vector<Charge> charges;
     double recent_scaled = 0;  // recent blocks / recent_scale_ (sum over charges)
     size_t capacity_blocks = 0;
+    size_t max_seqs = 0;
     size_t most_cached_blocks = 0;       // the most the view ever held
     size_t learned_capacity_blocks = 0;  // set once the view shrank (it evicted)
     size_t remote_active_blocks = 0;     // other replicas' (SetRemote)

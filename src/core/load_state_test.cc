@@ -62,6 +62,57 @@ TEST(LoadStateTest, DecodeLoadCountsEachRequestsBlocksUpToTheCapacity) {
   EXPECT_EQ(off.DecodeLoad(0), 0);
 }
 
+// The sequence-slot term (--kv-seq-wait-load): seq_wait_blocks per request a new one
+// would wait behind on a target at its max_num_seqs; 0 while it has a free slot, when
+// max_num_seqs is unknown, or when off.
+TEST(LoadStateTest, SeqWaitCountsTheRequestsPastMaxNumSeqs) {
+  LoadOptions options;
+  options.seq_wait_blocks = 100;
+  LoadState load(options);
+  std::vector<LoadState::ActiveGuard> in_flight;
+  in_flight.push_back(load.AddActive(0, kPrefix));
+  in_flight.push_back(load.AddActive(0, kPrefix));
+  EXPECT_EQ(load.SeqWait(0), 0);  // max_num_seqs unknown
+  load.SetMaxSeqs(0, 3);
+  EXPECT_EQ(load.MaxSeqs(0), 3u);
+  EXPECT_EQ(load.SeqWait(0), 0);  // a third slot is free
+  in_flight.push_back(load.AddActive(0, kPrefix));
+  EXPECT_DOUBLE_EQ(load.SeqWait(0), 100);  // a new one waits for one slot
+  in_flight.push_back(load.AddActive(0, kPrefix));
+  EXPECT_DOUBLE_EQ(load.SeqWait(0), 200);
+  EXPECT_DOUBLE_EQ(load.Load(0), 200);  // no pending prefill, no KV pressure
+  EXPECT_EQ(load.SeqWait(1), 0);        // other targets untouched
+  in_flight.pop_back();
+  in_flight.pop_back();
+  EXPECT_EQ(load.SeqWait(0), 0);
+  LoadState off;  // the default: no slot term
+  off.SetMaxSeqs(0, 1);
+  auto a = off.AddActive(0, kPrefix);
+  auto b = off.AddActive(0, kPrefix);
+  EXPECT_EQ(off.SeqWait(0), 0);
+}
+
+// What the in-flight credit reads: how many in-flight requests hold a block, and how
+// far a chain runs through the target's active set from a given block.
+TEST(LoadStateTest, ActiveHoldersAndActiveRun) {
+  LoadState load;
+  auto a = load.AddActive(0, With(kPrefix, {10, 11}));
+  auto b = load.AddActive(0, kPrefix);
+  EXPECT_EQ(load.ActiveHolders(0, 1), 2u);
+  EXPECT_EQ(load.ActiveHolders(0, 10), 1u);
+  EXPECT_EQ(load.ActiveHolders(0, 99), 0u);
+  EXPECT_EQ(load.ActiveHolders(1, 1), 0u);
+  const std::vector<BlockHash> chain = With(kPrefix, {10, 12, 11});
+  EXPECT_EQ(load.ActiveRun(0, chain, 0), 5u);  // stops at 12, though 11 is held
+  EXPECT_EQ(load.ActiveRun(0, chain, 2), 3u);
+  EXPECT_EQ(load.ActiveRun(0, chain, 5), 0u);
+  EXPECT_EQ(load.ActiveRun(0, chain, 7), 0u);  // past the end
+  EXPECT_EQ(load.ActiveRun(1, chain, 0), 0u);
+  a.Release();
+  EXPECT_EQ(load.ActiveHolders(0, 1), 1u);
+  EXPECT_EQ(load.ActiveRun(0, chain, 0), 4u);
+}
+
 TEST(LoadStateTest, AnonymousBlocksAreNeverShared) {
   LoadState load;
   auto a = load.AddActive(3, {}, 5);

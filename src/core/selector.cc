@@ -76,7 +76,8 @@ LoadOptions PolicyConfig::Load() const {
                      .recent_decay = recent_decay,
                      .kv_pressure_threshold = kv_pressure_threshold,
                      .kv_pressure_slope = kv_pressure_slope,
-                     .decode_load_blocks = decode_load_blocks};
+                     .decode_load_blocks = decode_load_blocks,
+                     .seq_wait_blocks = seq_wait_blocks};
 }
 
 absl::Status PolicyConfig::Validate() const {
@@ -92,7 +93,9 @@ absl::Status PolicyConfig::Validate() const {
                          std::pair{"--kv-disk-hit-weight", disk_hit_weight},
                          std::pair{"multimodal weight factor", mm_weight_factor},
                          std::pair{"--kv-pressure-slope", kv_pressure_slope},
-                         std::pair{"--kv-decode-load", decode_load_blocks}}) {
+                         std::pair{"--kv-decode-load", decode_load_blocks},
+                         std::pair{"--kv-seq-wait-load", seq_wait_blocks},
+                         std::pair{"--kv-inflight-credit", inflight_credit}}) {
     if (absl::Status s = check(flag, v); !s.ok()) return s;
   }
   if (prefill_overlap_weight) {
@@ -280,7 +283,7 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
   }
   size_t best = 0;
   double best_cost = 0, best_load = 0, best_credited = 0;
-  size_t best_active = 0;
+  size_t best_active = 0, best_inflight = 0;
   result.costs.resize(n);
   const size_t start = TieStart(input.role, n);
   for (size_t k = 0; k < n; ++k) {
@@ -289,12 +292,17 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
     const MatchCounts& m = matches_[i];
     // Image requests do not trust text overlap, nor does anyone a target that renders
     // differently: nothing is credited.
+    const bool trusted = use_tokens && input.OverlapTrusted(t);
+    const size_t inflight = trusted ? InflightRun(input, t, m.total()) : 0;
     const double credited =
-        use_tokens && input.OverlapTrusted(t)
-            ? predictions_.Trust(t) * (m.device_hits + config_.host_hit_weight * m.host_hits +
-                                       config_.disk_hit_weight * m.disk_hits)
-            : 0.0;
-    const double load = load_.Load(t, request_blocks_[i]) / discount;
+        trusted ? predictions_.Trust(t) * (m.device_hits + config_.host_hit_weight * m.host_hits +
+                                           config_.disk_hit_weight * m.disk_hits +
+                                           config_.inflight_credit * static_cast<double>(inflight))
+                : 0.0;
+    // The sequence-slot wait is not prefill work queued ahead: not discounted, so a cold
+    // engine wins once every warm one is at its max_num_seqs.
+    const double slot_wait = load_.SeqWait(t);
+    const double load = (load_.Load(t, request_blocks_[i]) - slot_wait) / discount + slot_wait;
     double cost = result.w_overlap * (request_blocks_[i] - credited) + load;
     if (use_images) {
       const size_t held = images_.CountHeld(t, input.image_keys);
@@ -312,6 +320,7 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
       best_load = load;
       best_active = active;
       best_credited = credited;
+      best_inflight = inflight;
     }
   }
   const TargetId winner = candidates[best];
@@ -322,12 +331,23 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
   result.request_blocks = request_blocks_[best];
   result.hits = matches_[best];
   result.cache_hits = matches_[best].total();
+  result.inflight_hits = static_cast<uint32_t>(best_inflight);
   result.mm_images = static_cast<uint32_t>(input.image_keys.size());
   if (use_images) {
     result.mm_affinity_hits = static_cast<uint32_t>(images_.CountHeld(winner, input.image_keys));
     images_.Record(winner, input.image_keys);
   }
   return result;
+}
+
+size_t Selector::InflightRun(const RoutingInput& input, TargetId t, size_t view_hits) {
+  const uint32_t holders = config_.inflight_credit_holders;
+  if (config_.inflight_credit == 0 || holders == 0) return 0;
+  const std::vector<BlockHash>& chain = ChainFor(input, index_.BlockSize(t));
+  if (view_hits >= chain.size()) return 0;
+  const size_t held = load_.ActiveHolders(t, chain.front());
+  if (held == 0 || held >= holders) return 0;
+  return load_.ActiveRun(t, chain, view_hits);
 }
 
 PickResult Selector::PickPeer(const RoutingInput& input, std::span<const TargetId> candidates) {
@@ -449,7 +469,8 @@ void Selector::Finish(const RoutingInput& input, TargetId picked, double missed_
   prefill.blocks = missed_blocks < 0 ? result.request_blocks : missed_blocks;
   // kv-aware: the prefill starts after the consecutive hits; other policies did not
   // look, so its progress is counted from block 0 (blocks cached already count as done).
-  prefill.first_block = missed_blocks < 0 ? 0 : result.cache_hits;
+  // The credited in-flight run is not computed here either.
+  prefill.first_block = missed_blocks < 0 ? 0 : result.cache_hits + result.inflight_hits;
   if (result.policy == Policy::kKvAware) {
     load_.ChargeRecent(picked, prefill.blocks, prefill.last_block);
   }

@@ -6,14 +6,16 @@
 //    scan starts one candidate further on every pick), never to a fixed index.
 //      w = the role's overlap weight (prefill/decode) when set, else overlap_weight.
 //      credited_hits = trust(t) × (device hits + host_hit_weight × host hits
-//                      + disk_hit_weight × disk hits) (consecutive prefix, KvIndex);
+//                      + disk_hit_weight × disk hits (consecutive prefix, KvIndex)
+//                      + inflight_credit × the in-flight run, off by default)
 //      trust(t) = PredictionTracker::Trust: 1, less for a target whose predicted
 //      hits drift from what its engine reports; 0 for a target listed in
 //      RoutingInput::overlap_untrusted (render parity diverged): its cost is then a
 //      cold target's, w × request_blocks + load, so its view's hits draw nothing.
 //      load(t) = LoadState::Load(t, request_blocks): --load-term work (default):
-//        pending prefill blocks + KV pressure (+ decode load, --kv-decode-load, off by
-//        default), divided by 1 + the candidates' mean requests in prefill
+//        pending prefill blocks + KV pressure (+ decode load, --kv-decode-load, and the
+//        sequence-slot wait, --kv-seq-wait-load, both off by default), divided by 1 + the
+//        candidates' mean requests in prefill
 //        (--load-queue-scaling); spec: active blocks + recent blocks.
 //    Requests without token ids have no cache term (w_overlap = 0).
 //    Requests with images (mixed/prefill roles): w_overlap = 0 and an image term
@@ -105,8 +107,15 @@ struct PolicyConfig {
   double kv_pressure_threshold = 0.8;            // fraction of a target's KV capacity
   double kv_pressure_slope = 1.0;                // cost per in-flight block past it
   double decode_load_blocks = 0;                 // --kv-decode-load (0 = off)
-  double mm_weight_factor = 48.0;                // w_mm = factor × w
-  uint64_t random_seed = 0;                      // the random policy's seed
+  double seq_wait_blocks = 0;                    // --kv-seq-wait-load (0 = off)
+  // kv-aware: credit a candidate's in-flight run (the chain's blocks past its view's
+  // hits that its in-flight requests hold) as hits, × this weight (--kv-inflight-credit;
+  // 0 = off), while fewer than `inflight_credit_holders` in-flight requests on it hold
+  // the chain's first block (--kv-inflight-holders).
+  double inflight_credit = 0;
+  uint32_t inflight_credit_holders = 2;
+  double mm_weight_factor = 48.0;  // w_mm = factor × w
+  uint64_t random_seed = 0;        // the random policy's seed
   // Settle pending prefills and recent charges when a view shows their last block.
   // Approximate mode (approx_cache.h) turns it off: its views are the router's own
   // predictions, written at the pick, so they say nothing about a prefill's progress.
@@ -171,6 +180,9 @@ struct PickResult {
   size_t active_blocks = 0;
   double load = 0;      // the picked target's load term, before this request
   double credited = 0;  // kv-aware: the picked target's credited hits (blocks)
+  // kv-aware, --kv-inflight-credit: the picked target's credited in-flight run (blocks
+  // after cache_hits that its in-flight requests are computing).
+  uint32_t inflight_hits = 0;
   double w_overlap = 0;
   uint32_t mm_images = 0;
   uint32_t mm_affinity_hits = 0;  // images the picked target already held
@@ -224,6 +236,10 @@ class Selector {
   PickResult PickKvAware(const RoutingInput& input, std::span<const TargetId> candidates);
   size_t PickRoundRobin(std::span<const TargetId> candidates);
   size_t PickLeastLoad(const RoutingInput& input, std::span<const TargetId> candidates);
+  // --kv-inflight-credit: the blocks of the request's chain after `view_hits` that t's
+  // in-flight requests hold, in a row, when 1 ≤ holders of its first block < the limit;
+  // else 0.
+  size_t InflightRun(const RoutingInput& input, TargetId t, size_t view_hits);
   // dynamo, lmetric, llm-d, sglang.
   PickResult PickPeer(const RoutingInput& input, std::span<const TargetId> candidates);
   // Consecutive-prefix hits of every candidate (matches_, request_blocks_), one hash and

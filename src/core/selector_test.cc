@@ -39,6 +39,14 @@ class SelectorTest : public ::testing::Test {
     busy_.push_back(s.load().AddActive(t, blocks));
   }
 
+  // Gives `t` one request prefilling `n` blocks unrelated to the prompt.
+  void Prefilling(Selector& s, TargetId t, size_t n) {
+    std::vector<BlockHash> blocks;
+    for (size_t i = 0; i < n; ++i) blocks.push_back(0xC000 + t * 1000 + i);
+    busy_.push_back(s.load().AddActive(
+        t, blocks, 0, {.blocks = static_cast<double>(n), .last_block = blocks.back()}));
+  }
+
   // The spec's worked example: W0 caches 8 of the 10 blocks and has 6 active blocks;
   // W1 is cold with 1 active block.
   void WorkedExample(Selector& s) {
@@ -651,6 +659,75 @@ TEST_F(SelectorTest, DecodeLoadSendsTheRequestToTheLighterDecodeBatch) {
   }
 }
 
+// --kv-inflight-credit (off by default): a prompt cold everywhere is being computed on
+// W0 (its first request, 10 blocks pending); W1 has a 4-block prefill of its own. The
+// discount is 1 + (1 + 1) / 2 = 2. Off, a duplicate costs W0 10 + 10 / 2 = 15 and W1
+// 10 + 4 / 2 = 12: W1 computes the prompt a second time. With weight 0.5 W0's in-flight
+// run (the whole prompt) is credited 5 blocks: 10 − 5 + 5 = 10 < 12, so the duplicate
+// follows the first and its pending prefill is the 5 blocks not credited. A third one
+// finds two holders on W0: with the default limit of 2 there is no credit (10 + 15 / 2.5
+// = 16 against 10 + 4 / 2.5 = 11.6, W1); with a limit of 3 there is (11 < 11.6, W0).
+TEST_F(SelectorTest, InflightCreditSendsADuplicateToTheEngineComputingIt) {
+  for (uint32_t holders : {0u, 2u, 3u}) {  // 0: the credit off
+    PolicyConfig c;
+    c.inflight_credit = holders == 0 ? 0.0 : 0.5;
+    c.inflight_credit_holders = holders == 0 ? 2 : holders;
+    Selector& s = Make(c);
+    std::vector<LoadState::ActiveGuard> held;
+    held.push_back(s.load().AddActive(w0_, chain_, 0, {.blocks = 10, .last_block = chain_.back()}));
+    Prefilling(s, w1_, 4);
+    const TargetId cands[] = {w0_, w1_};
+    auto p = s.Pick(Input(), cands);
+    ASSERT_TRUE(p.ok());
+    EXPECT_DOUBLE_EQ(p->costs[0], holders == 0 ? 15.0 : 10.0);
+    EXPECT_DOUBLE_EQ(p->costs[1], 12.0);
+    if (holders == 0) {
+      EXPECT_EQ(p->picked, w1_);
+      EXPECT_EQ(p->inflight_hits, 0u);
+      continue;
+    }
+    EXPECT_EQ(p->picked, w0_);
+    EXPECT_EQ(p->cache_hits, 0u);  // the view holds nothing yet
+    EXPECT_EQ(p->inflight_hits, 10u);
+    EXPECT_DOUBLE_EQ(p->credited, 5.0);
+    EXPECT_DOUBLE_EQ(s.load().PendingPrefillBlocks(w0_), 15.0);
+    EXPECT_EQ(s.load().ActiveHolders(w0_, chain_.front()), 2u);
+    held.push_back(std::move(p->guard));
+    auto q = s.Pick(Input(), cands);
+    ASSERT_TRUE(q.ok());
+    EXPECT_DOUBLE_EQ(q->costs[0], holders == 2 ? 16.0 : 11.0);
+    EXPECT_DOUBLE_EQ(q->costs[1], 10 + 4 / 2.5);
+    EXPECT_EQ(q->picked, holders == 2 ? w1_ : w0_);
+    q->guard.Release();
+  }
+}
+
+// --kv-seq-wait-load (off by default): W0 holds the prompt but runs its max_num_seqs
+// (2), so a new request would wait for a slot: 15 blocks, not divided by the queue
+// scaling (1 + 1 / 2 here, from W1's 4-block prefill): 15 against cold W1's 10 + 4 / 1.5.
+// Off, W0's full hit wins (0).
+TEST_F(SelectorTest, SeqWaitSendsTheRequestAwayFromAnEngineAtMaxNumSeqs) {
+  for (double seq_wait : {0.0, 15.0}) {
+    PolicyConfig c;
+    c.seq_wait_blocks = seq_wait;
+    Selector& s = Make(c);
+    index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);
+    s.load().SetMaxSeqs(w0_, 2);
+    s.load().SetMaxSeqs(w1_, 2);
+    Busy(s, w0_, 3);
+    Busy(s, w0_, 3);
+    Prefilling(s, w1_, 4);
+    const TargetId cands[] = {w0_, w1_};
+    auto p = s.Pick(Input(), cands);
+    ASSERT_TRUE(p.ok());
+    EXPECT_DOUBLE_EQ(p->costs[0], seq_wait);
+    EXPECT_DOUBLE_EQ(p->costs[1], 10 + 4 / 1.5);
+    EXPECT_EQ(p->picked, seq_wait > 0 ? w1_ : w0_);
+    p->guard.Release();
+    index_.RemoveRouterHashes(w0_, chain_, Tier::kDevice);
+  }
+}
+
 // Hot-prefix replication (Preble's idea, issue 25) falls out of the cost: W0 holds the
 // hot prompt but has 3 of them prefilling (30 blocks); scaled by 1 + 1.5 that is 12,
 // more than cold W1's 10 misses, so W1 computes it and becomes its second home; once
@@ -811,6 +888,12 @@ TEST(PolicyConfigTest, ParseAndValidate) {
   EXPECT_FALSE(c.Validate().ok());
   c = PolicyConfig{};
   c.decode_load_blocks = -1;
+  EXPECT_FALSE(c.Validate().ok());
+  c = PolicyConfig{};
+  c.seq_wait_blocks = -1;
+  EXPECT_FALSE(c.Validate().ok());
+  c = PolicyConfig{};
+  c.inflight_credit = -0.5;
   EXPECT_FALSE(c.Validate().ok());
 }
 

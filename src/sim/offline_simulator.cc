@@ -55,6 +55,7 @@ class Simulation {
       }
       if (config.capacity_known) {
         selector_.load().SetCapacityBlocks(slot.target, config.engine.num_gpu_blocks);
+        selector_.load().SetMaxSeqs(slot.target, config.engine.max_num_seqs);
       }
       engines_.push_back(std::move(slot));
     }
