@@ -26,7 +26,7 @@ struct OfflineFlags {
   double kv_pressure_slope = 1.0;
   bool load_queue_scaling = true;
   double decode_load_blocks = 0;
-  double seq_wait_blocks = 0;
+  double seq_wait_blocks = 256;
   double inflight_credit = 0;
   uint32_t inflight_credit_holders = 2;
   double slo_ttft_ms = 0;  // > 0: search each policy's goodput

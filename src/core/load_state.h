@@ -32,10 +32,11 @@
 //    / capacity): the step that computes a new prefill also runs one decode step of
 //    every running sequence, whose time grows with the KV they read (the engine
 //    timing model's decode_ms(occupancy), doc/selection.md), so an engine with a
-//    heavier decode batch delays a new request's first token more. SeqWait (off by
-//    default) is seq_wait_blocks per request a new one would wait behind for a
-//    sequence slot on a target at its max_num_seqs. Recent blocks are not counted:
-//    pending prefill is the same charge (a pick's missed blocks) held until the prefill is done.
+//    heavier decode batch delays a new request's first token more. SeqWait is
+//    seq_wait_blocks (0 here; PolicyConfig's default 256) per request a new one would
+//    wait behind for a sequence slot on a target at its max_num_seqs (when known). Recent blocks
+//    are not counted: pending prefill is the same charge (a pick's missed blocks) held until the
+//    prefill is done.
 //  * Remote load (--router-replica-sync, doc/replica-sync.md): the other replicas'
 //    active and pending prefill blocks on the target (SetRemote) add to the local
 //    ones in Load() and KvPressure() (kSpec adds remote active blocks). ActiveBlocks()

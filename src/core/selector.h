@@ -13,10 +13,11 @@
 //      RoutingInput::overlap_untrusted (render parity diverged): its cost is then a
 //      cold target's, w × request_blocks + load, so its view's hits draw nothing.
 //      load(t) = LoadState::Load(t, request_blocks): --load-term work (default):
-//        pending prefill blocks + KV pressure (+ decode load, --kv-decode-load, and the
-//        sequence-slot wait, --kv-seq-wait-load, both off by default), divided by 1 + the
-//        candidates' mean requests in prefill
-//        (--load-queue-scaling); spec: active blocks + recent blocks.
+//        pending prefill blocks + KV pressure (+ decode load, --kv-decode-load, off by
+//        default), divided by 1 + the candidates' mean requests in prefill
+//        (--load-queue-scaling), + the sequence-slot wait (--kv-seq-wait-load, not
+//        divided; on engines whose max_num_seqs is known: LoadState::SetMaxSeqs);
+//        spec: active blocks + recent blocks.
 //    Requests without token ids have no cache term (w_overlap = 0).
 //    Requests with images (mixed/prefill roles): w_overlap = 0 and an image term
 //    w_mm × images_not_held(t), w_mm = mm_weight_factor × w; the winner records the
@@ -107,7 +108,7 @@ struct PolicyConfig {
   double kv_pressure_threshold = 0.8;            // fraction of a target's KV capacity
   double kv_pressure_slope = 1.0;                // cost per in-flight block past it
   double decode_load_blocks = 0;                 // --kv-decode-load (0 = off)
-  double seq_wait_blocks = 0;                    // --kv-seq-wait-load (0 = off)
+  double seq_wait_blocks = 256;                  // --kv-seq-wait-load (0 = off)
   // kv-aware: credit a candidate's in-flight run (the chain's blocks past its view's
   // hits that its in-flight requests hold) as hits, × this weight (--kv-inflight-credit;
   // 0 = off), while fewer than `inflight_credit_holders` in-flight requests on it hold

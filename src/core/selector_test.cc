@@ -702,10 +702,10 @@ TEST_F(SelectorTest, InflightCreditSendsADuplicateToTheEngineComputingIt) {
   }
 }
 
-// --kv-seq-wait-load (off by default): W0 holds the prompt but runs its max_num_seqs
-// (2), so a new request would wait for a slot: 15 blocks, not divided by the queue
-// scaling (1 + 1 / 2 here, from W1's 4-block prefill): 15 against cold W1's 10 + 4 / 1.5.
-// Off, W0's full hit wins (0).
+// --kv-seq-wait-load (default 256; 0 and 15 here): W0 holds the prompt but runs its
+// max_num_seqs (2), so a new request would wait for a slot: 15 blocks, not divided by the
+// queue scaling (1 + 1 / 2 here, from W1's 4-block prefill): 15 against cold W1's
+// 10 + 4 / 1.5. Off, W0's full hit wins (0).
 TEST_F(SelectorTest, SeqWaitSendsTheRequestAwayFromAnEngineAtMaxNumSeqs) {
   for (double seq_wait : {0.0, 15.0}) {
     PolicyConfig c;
@@ -878,6 +878,11 @@ TEST(PolicyConfigTest, ParseAndValidate) {
   EXPECT_FALSE(ParsePolicy("kv_aware").ok());
   PolicyConfig c;
   EXPECT_TRUE(c.Validate().ok());
+  // The measured defaults of issue 25 (doc/results-sim.md): the slot wait on, the
+  // in-flight credit off.
+  EXPECT_EQ(c.seq_wait_blocks, 256);
+  EXPECT_EQ(c.inflight_credit, 0);
+  EXPECT_EQ(c.Load().seq_wait_blocks, 256);
   c.overlap_weight = -1;
   EXPECT_FALSE(c.Validate().ok());
   c = PolicyConfig{};

@@ -114,6 +114,7 @@ WorkerSetOptions Router::WorkerOptions() const {
       .kv_events = options_.kv_events,
       .kv_events_topic = options_.kv_events_topic,
       .max_index_blocks = options_.max_index_blocks,
+      .max_num_seqs = options_.worker_max_num_seqs,
       .breaker = BreakerOptions{.failure_threshold = options_.breaker_failures,
                                 .cooldown_ms = options_.breaker_cooldown_ms,
                                 .max_cooldown_ms = options_.breaker_max_cooldown_ms,

@@ -83,6 +83,9 @@ struct RouterOptions {
   // --max-index-blocks: the bound of every target's view; nullopt: per target from its
   // record's num_gpu_blocks, else kDefaultMaxIndexBlocks (worker_set.h).
   std::optional<size_t> max_index_blocks;
+  // --worker-max-num-seqs: every worker's max_num_seqs for the sequence-slot term
+  // (--kv-seq-wait-load, doc/selection.md); 0: unknown, no slot term.
+  size_t worker_max_num_seqs = 0;
   // --kv-event-transport nats: events from JetStream (doc/nats-transport.md), not ZMQ.
   bool kv_events_nats = false;
   events::KvSnapshotOptions kv_snapshot;  // --kv-snapshot-* (doc/snapshot.md)

@@ -81,6 +81,16 @@ void AddCostFlags(CLI::App& app, RouterFlags& f) {
                  "request's wait; 0: off, doc/selection.md)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--kv-seq-wait-load", o.policy.seq_wait_blocks,
+                 "work load term: blocks of cost per request a new one would wait behind for a "
+                 "sequence slot on a worker at its max_num_seqs (--worker-max-num-seqs; not "
+                 "divided by the queue scaling; 0: off, doc/selection.md)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--worker-max-num-seqs", o.worker_max_num_seqs,
+                 "every worker's max_num_seqs (vLLM's --max-num-seqs), for --kv-seq-wait-load "
+                 "(0: unknown, no sequence-slot term)")
+      ->capture_default_str();
 }
 
 // Prompt tokenization, the random policy's seed and render parity.

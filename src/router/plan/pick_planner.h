@@ -102,6 +102,9 @@ class PickPlanner {
   // Each target of `worker` holds `blocks` KV blocks (its record's num_gpu_blocks):
   // the KV-pressure term's capacity (doc/selection.md).
   void SetCapacityBlocks(const FleetWorker& worker, size_t blocks) ABSL_LOCKS_EXCLUDED(mu_);
+  // Each target of `worker` runs at most `seqs` sequences (--worker-max-num-seqs): the
+  // sequence-slot term's limit (doc/selection.md).
+  void SetMaxSeqs(const FleetWorker& worker, size_t seqs) ABSL_LOCKS_EXCLUDED(mu_);
 
   // One answer's reported cached tokens vs the leg's prediction
   // (core::PredictionTracker); a target that starts or stops drifting is logged.

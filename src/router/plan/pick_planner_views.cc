@@ -48,6 +48,11 @@ void PickPlanner::SetCapacityBlocks(const FleetWorker& worker, size_t blocks) {
   for (core::TargetId t : worker.targets) selector_.load().SetCapacityBlocks(t, blocks);
 }
 
+void PickPlanner::SetMaxSeqs(const FleetWorker& worker, size_t seqs) {
+  absl::MutexLock lock(&mu_);
+  for (core::TargetId t : worker.targets) selector_.load().SetMaxSeqs(t, seqs);
+}
+
 void PickPlanner::RecordPrediction(const PickLeg& leg, uint64_t reported_tokens) {
   core::PredictionStats before, after;
   {

@@ -68,6 +68,7 @@ void WorkerSet::Add(const discovery::WorkerRecord& record) {
   // The KV pressure term knows the capacity from the start (else it learns it once the
   // view first shrinks).
   if (record.num_gpu_blocks > 0) planner_.SetCapacityBlocks(*w, record.num_gpu_blocks);
+  if (options_.max_num_seqs > 0) planner_.SetMaxSeqs(*w, options_.max_num_seqs);
   spdlog::info("worker added: {} url={} model={} mode={} ranks={}", record.worker_id, record.url,
                record.model_name, core::RoleName(static_cast<core::Role>(record.disagg_mode)),
                w->targets.size());

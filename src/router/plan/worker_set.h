@@ -46,6 +46,7 @@ struct WorkerSetOptions {
   bool kv_events = true;                   // follow each target's KV events (false: index only)
   std::string kv_events_topic;             // subscription prefix
   std::optional<size_t> max_index_blocks;  // --max-index-blocks (IndexBoundFor)
+  size_t max_num_seqs = 0;                 // --worker-max-num-seqs (0: unknown)
   // Each worker's circuit breaker (its probe lease: how long an unreported half-open
   // probe holds its slot).
   BreakerOptions breaker = BreakerOptions{5, 10'000, 60'000, 610'000};
