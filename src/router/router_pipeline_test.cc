@@ -61,6 +61,7 @@ class RouterPipelineTest : public ::testing::Test {
     return c.ReadAnswer();
   }
   std::string Metrics() { return Call("GET", "/metrics").body; }
+  std::string SecondPickBesideAHeldStream(RouterOptions opt);
   std::string BreakerState(const std::string& worker_id) {
     json workers = json::parse(Call("GET", "/v1/workers").body);
     for (const auto& w : workers["workers"]) {
@@ -181,30 +182,46 @@ TEST_F(RouterPipelineTest, ReportedCachedTokensAreComparedWithThePrediction) {
   EXPECT_NE(m.find(R"(infera_router_prediction_drifting{worker_id="a:1"} 0)"), std::string::npos);
 }
 
-TEST_F(RouterPipelineTest, TheRecordsNumGpuBlocksIsTheKvPressureCapacity) {
-  policy_set_ = true;  // kv-aware, load term work
-  StartRouter();
+// kv-aware (load term work) on workers a (1000 blocks) and b (4): a streaming request
+// held on a past its first byte (no pending prefill), then another cold 64-token prompt.
+// Returns the worker the second one went to.
+std::string RouterPipelineTest::SecondPickBesideAHeldStream(RouterOptions opt) {
+  policy_set_ = true;
+  StartRouter(std::move(opt));
   AddWorker("a", 1, /*num_gpu_blocks=*/1000);
   AddWorker("b", 1, /*num_gpu_blocks=*/4);
-  // The first request decodes on a (its first byte ended its prefill: no pending work).
   fake_->Push("a:1",
               Script{.content_type = "text/event-stream", .pieces = {Sse("Hel")}, .hold = true});
   fake_->Push("a:1", Script{.pieces = {kCompletion}});
+  fake_->Push("b:1", Script{.pieces = {kCompletion}});
   TestClient first(router_->port());  // cold tie: the scan starts at a
   first.Write("POST", "/v1/completions",
               R"({"model":"m","stream":true,"prompt":)" + Tokens(64) + "}");
   first.ReadUntil("Hel");
-  ASSERT_TRUE(WaitFor([&] { return fake_->held() == 1; }));
-  ASSERT_EQ(router_->PendingPrefillBlocks({"a:1", 0}), 0.0);
-  // Another cold prompt: the tie rotation would start at b, but 4 more blocks on b
-  // (4 blocks of KV in all) pass 80 % of its capacity, while a (1000) is far below.
+  EXPECT_TRUE(WaitFor([&] { return fake_->held() == 1; }));
+  EXPECT_EQ(router_->PendingPrefillBlocks({"a:1", 0}), 0.0);
   std::string other = "[";
   for (int i = 0; i < 64; ++i) other += (i ? "," : "") + std::to_string(5000 + i);
   Answer second = Call("POST", "/v1/completions", R"({"model":"m","prompt":)" + other + "]}");
   EXPECT_EQ(second.status, 200);
-  EXPECT_EQ(second.headers.Get("X-Infera-Worker-Id"), "a:1");
   fake_->Release();
   EXPECT_EQ(first.ReadAnswer().status, 200);
+  return std::string(second.headers.Get("X-Infera-Worker-Id"));
+}
+
+// The second prompt: the tie rotation would start at b, but 4 more blocks on b (4 blocks
+// of KV in all) pass 80 % of its capacity, while a (1000) is far below.
+TEST_F(RouterPipelineTest, TheRecordsNumGpuBlocksIsTheKvPressureCapacity) {
+  EXPECT_EQ(SecondPickBesideAHeldStream({}), "a:1");
+}
+
+// --worker-max-num-seqs with the default --kv-seq-wait-load (256): every worker runs at
+// most one sequence and a's streaming request holds its only slot, so a new request
+// there would wait for it: a costs 4 misses + 256, b 4 misses + its KV pressure (0.8).
+TEST_F(RouterPipelineTest, AWorkerAtItsMaxNumSeqsCostsTheSlotWait) {
+  RouterOptions opt;
+  opt.worker_max_num_seqs = 1;
+  EXPECT_EQ(SecondPickBesideAHeldStream(std::move(opt)), "b:1");
 }
 
 TEST_F(RouterPipelineTest, FivexxBeforeTheFirstByteFailsOver) {
