@@ -112,6 +112,9 @@ struct PeerFetchOutcome {
   uint64_t peer = 0;   // the instance the file came from
   uint64_t bytes = 0;
   int64_t took_ms = 0;
+  // Where the time went (the log line; doc/perf-scale.md): waiting for offers, the
+  // chunks of the offer taken, its fsync, and the check of the received bytes.
+  int64_t offers_ms = 0, transfer_ms = 0, sync_ms = 0, check_ms = 0;
 };
 
 // Connects to options.nats_url, fetches the newest compatible peer snapshot into

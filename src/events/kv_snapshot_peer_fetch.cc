@@ -190,17 +190,23 @@ std::optional<Failure> FetchChunks(natsConnection* nc, const SnapshotOffer& offe
 
 // One offer: chunks into the temp file, fsync, every load check, rename to the path.
 std::optional<Failure> FetchOffer(natsConnection* nc, const SnapshotOffer& offer,
-                                  const PeerSnapshotIdentity& id, const PeerFetchOptions& options) {
+                                  const PeerSnapshotIdentity& id, const PeerFetchOptions& options,
+                                  PeerFetchOutcome& times) {
   PosixSnapshotFs fs;
   const std::string temp = id.path + ".tmp." + std::to_string(getpid());
   (void)fs.Unlink(temp);
   const int fd = open(temp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
   if (fd < 0) return Failure{PeerFetchResult::kIo, "open " + temp + ": " + strerror(errno)};
+  int64_t t = SteadyMs();
   std::optional<Failure> failure = FetchChunks(nc, offer, fd, options);
+  times.transfer_ms = SteadyMs() - t;
+  t = SteadyMs();
   if (!failure && fsync(fd) != 0) {
     failure = Failure{PeerFetchResult::kIo, std::string("fsync: ") + strerror(errno)};
   }
   close(fd);
+  times.sync_ms = SteadyMs() - t;
+  t = SteadyMs();
   if (!failure) {
     SnapshotReader reader = SnapshotReader::Open(fs, temp,
                                                  {.hash_scheme = core::kHashSchemeVersion,
@@ -217,6 +223,7 @@ std::optional<Failure> FetchOffer(natsConnection* nc, const SnapshotOffer& offer
       failure = Failure{PeerFetchResult::kChecksum, "not the offered file's checksum"};
     }
   }
+  times.check_ms = SteadyMs() - t;
   if (!failure) {
     if (absl::Status s = fs.Rename(temp, id.path); !s.ok()) {
       failure = Failure{PeerFetchResult::kIo, std::string(s.message())};
@@ -248,17 +255,17 @@ PeerFetchOutcome FetchPeerSnapshot(const PeerSnapshotIdentity& id,
   } else {
     size_t received = 0;
     const std::vector<SnapshotOffer> offers = CollectOffers(nc, id, options, received);
+    out.offers_ms = SteadyMs() - start;
     out.result = received == 0 ? PeerFetchResult::kNoOffer : PeerFetchResult::kIncompatible;
     out.detail = received == 0 ? "no offer in " + std::to_string(options.offer_wait_ms) + " ms"
                                : "no compatible offer of " + std::to_string(received);
     for (size_t i = 0; i < offers.size() && i < static_cast<size_t>(options.max_offers); ++i) {
-      std::optional<Failure> failure = FetchOffer(nc, offers[i], id, options);
+      std::optional<Failure> failure = FetchOffer(nc, offers[i], id, options, out);
       if (!failure) {
-        out = {.result = PeerFetchResult::kOk,
-               .detail = {},
-               .peer = offers[i].instance,
-               .bytes = offers[i].size,
-               .took_ms = 0};
+        out.result = PeerFetchResult::kOk;
+        out.detail.clear();
+        out.peer = offers[i].instance;
+        out.bytes = offers[i].size;
         break;
       }
       out.result = failure->result;

@@ -35,8 +35,11 @@ void KvSnapshotPeer::JoinIfNeeded() {
                  events::PeerFetchResultName(out.result), out.detail);
     return;
   }
-  spdlog::info("kv-snapshot: fetched {} bytes from peer {:016x} into {} in {} ms", out.bytes,
-               out.peer, identity_.path, out.took_ms);
+  spdlog::info(
+      "kv-snapshot: fetched {} bytes from peer {:016x} into {} in {} ms (connect + offers {} ms, "
+      "transfer {} ms, fsync {} ms, check {} ms)",
+      out.bytes, out.peer, identity_.path, out.took_ms, out.offers_ms, out.transfer_ms, out.sync_ms,
+      out.check_ms);
 }
 
 absl::Status KvSnapshotPeer::StartServing(natsConnection* nc) {
