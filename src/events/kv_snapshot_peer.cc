@@ -171,11 +171,10 @@ void SnapshotPeerServer::Chunk(natsMsg* msg) {
   if (reply == nullptr || !request.ok()) return;
   std::vector<uint8_t> bytes;
   {
+    // The held descriptor keeps the offered file readable after the next periodic
+    // write renames a new one over the path: a fetch in progress is not cut short.
     base::MutexLock lock(mu_);
-    struct stat st {};
-    const bool same = file_.fd >= 0 && stat(identity_.path.c_str(), &st) == 0 &&
-                      static_cast<uint64_t>(st.st_ino) == file_.inode &&
-                      file_.created_unix_ms == request->created_unix_ms;
+    const bool same = file_.fd >= 0 && file_.created_unix_ms == request->created_unix_ms;
     const uint64_t offset = request->index * kSnapshotChunkBytes;
     if (same && request->index < (file_.size + kSnapshotChunkBytes - 1) / kSnapshotChunkBytes) {
       bytes.resize(std::min<uint64_t>(kSnapshotChunkBytes, file_.size - offset));

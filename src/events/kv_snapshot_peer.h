@@ -4,9 +4,11 @@
 //
 // SnapshotPeerServer answers offers on infera.router.snapshot.offer.<fleet> when its
 // file passes every check the replica itself would make at load (§7), and serves
-// 512 KiB chunks of that file with pread on infera.router.snapshot.chunk.<instance>;
-// a chunk asked for a file that has changed since the offer (another created_unix_ms,
-// or the path now names another file) is answered "gone". It takes no index lock.
+// 512 KiB chunks of that file with pread on infera.router.snapshot.chunk.<instance>
+// from the descriptor it checked (so a periodic write renaming a new file over the
+// path does not cut a fetch short); a chunk of a file it no longer holds (another
+// created_unix_ms: a later offer moved it on to a newer file) is answered "gone". It
+// takes no index lock.
 //
 // FetchPeerSnapshot asks for offers, waits offer_wait_ms, takes the newest compatible
 // one (created_unix_ms, then instance), keeps `in_flight` chunk requests outstanding,
