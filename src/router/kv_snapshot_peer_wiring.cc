@@ -4,7 +4,6 @@
 
 #include "core/hashing.h"
 #include "router/metrics/metrics.h"
-#include "router/router.h"
 #include "spdlog/spdlog.h"
 
 namespace infera::router {
@@ -64,19 +63,17 @@ void KvSnapshotPeer::RenderMetrics(std::string& out) const {
   out += std::string(kServed) + " " + std::to_string(server_ ? server_->served_chunks() : 0) + "\n";
 }
 
-std::unique_ptr<KvSnapshotPeer> MakeKvSnapshotPeer(const RouterOptions& options) {
-  if (!options.kv_snapshot.enabled() || !options.replica_sync || !options.kv_events ||
-      options.kv_events_nats) {
-    return nullptr;
-  }
+std::unique_ptr<KvSnapshotPeer> MakeKvSnapshotPeer(const events::KvSnapshotOptions& snapshot,
+                                                   const std::string& nats_url) {
+  if (!snapshot.enabled()) return nullptr;
   const uint64_t instance = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   return std::make_unique<KvSnapshotPeer>(
-      events::PeerSnapshotIdentity{.path = options.kv_snapshot.path,
-                                   .fleet_id = options.kv_snapshot.fleet_id,
+      events::PeerSnapshotIdentity{.path = snapshot.path,
+                                   .fleet_id = snapshot.fleet_id,
                                    .transport = events::SnapshotTransport::kZmq,
-                                   .max_age_s = options.kv_snapshot.max_age_s,
+                                   .max_age_s = snapshot.max_age_s,
                                    .instance = instance},
-      options.replica_sync->nats_url);
+      nats_url);
 }
 
 }  // namespace infera::router

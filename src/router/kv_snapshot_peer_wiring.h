@@ -22,8 +22,6 @@
 
 namespace infera::router {
 
-struct RouterOptions;
-
 class KvSnapshotPeer {
  public:
   KvSnapshotPeer(events::PeerSnapshotIdentity identity, std::string nats_url);
@@ -49,7 +47,9 @@ class KvSnapshotPeer {
   std::unique_ptr<events::SnapshotPeerServer> server_;
 };
 
-// Null unless snapshots (--kv-snapshot-path, ZMQ events) and replica sync are both on.
-std::unique_ptr<KvSnapshotPeer> MakeKvSnapshotPeer(const RouterOptions& options);
+// With --kv-snapshot-path (ZMQ events) and --router-replica-sync, whose server is
+// `nats_url`; null without a snapshot path.
+std::unique_ptr<KvSnapshotPeer> MakeKvSnapshotPeer(const events::KvSnapshotOptions& snapshot,
+                                                   const std::string& nats_url);
 
 }  // namespace infera::router

@@ -70,7 +70,9 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     events_ = std::make_unique<events::NatsEventSource>(index_, std::move(nats));
   } else {
     events::IngestorOptions ingest{.replay_on_add = true, .clock = clock_};
-    peer_ = MakeKvSnapshotPeer(options_);  // doc/snapshot.md §9.1
+    if (options_.kv_events && options_.replica_sync) {  // doc/snapshot.md §9.1
+      peer_ = MakeKvSnapshotPeer(options_.kv_snapshot, options_.replica_sync->nats_url);
+    }
     if (peer_ && options_.kv_snapshot.peer_join) peer_->JoinIfNeeded();
     PrepareKvSnapshots(options_.kv_snapshot, index_, ingest);  // before any subscription
     events_ = std::make_unique<events::KvEventIngestor>(index_, std::move(ingest));
