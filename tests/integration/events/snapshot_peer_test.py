@@ -14,6 +14,11 @@ its own file in a temp dir. Bounded polls only.
   --case nopeer  B alone (no replica serves): `peer join failed: no_offer`,
                  peer_fetch_total{result="no_offer"}, then the full replay: ready, views
                  equal the engines'
+  --case stale   A serves a file older than B's --kv-snapshot-max-age-s 1 (written at
+                 A's SIGTERM, A restarted with --kv-snapshot-interval-s 0): A offers it,
+                 B refuses the offer (`peer join failed: incompatible`,
+                 peer_fetch_total{result="incompatible"}, A served no chunk), then the
+                 full replay
 """
 import argparse
 import os
@@ -103,17 +108,44 @@ def case_nopeer(procs, tmp):
     st.wait_views(b_base, engines, "B's views equal the engines' dumps")
 
 
+def case_stale(procs, tmp):
+    engines, workers, url = setup(procs, tmp)
+    once = flags(tmp, "a", url)
+    once[once.index("--kv-snapshot-interval-s") + 1] = "0"  # only at SIGTERM
+    a, a_base = start_router(procs, ARGS.router, workers, *once, name="routerA1")
+    nt.traffic(a_base, 0, 4)
+    st.wait_views(a_base, engines, "A's views warm")
+    a.p.terminate()
+    check(a.p.wait(timeout=40) == 0, "A wrote its final snapshot and exited")
+    path = os.path.join(tmp, "a.snap")
+    with open(path, "rb") as f:
+        created_ms = int.from_bytes(f.read(24)[16:24], "little")
+    a, a_base = start_router(procs, ARGS.router, workers, *once, name="routerA2")
+    a.wait_line(r"kv-snapshot: serving .* to joining peers as .*")
+    poll(lambda: time.time() * 1000 - created_ms > 1500, "A's file older than 1.5 s", timeout=10)
+    b, b_base = start_router(procs, ARGS.router, workers,
+                             *flags(tmp, "b", url, "--kv-snapshot-peer-join",
+                                    "--kv-snapshot-max-age-s", "1"), name="routerB")
+    b.wait_line(r"kv-snapshot: peer join failed: incompatible: no compatible offer of 1; full "
+                r"replay")
+    check(st.labeled(b_base, "infera_router_kv_snapshot_peer_fetch_total", "result",
+                     "incompatible") == 1, "peer_fetch_total{result=\"incompatible\"} is 1")
+    check(counter(a_base, "infera_router_kv_snapshot_peer_served_chunks_total") == 0,
+          "A served no chunk")
+    st.wait_views(b_base, engines, "B's views rebuilt by the full replay")
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()
     ap.add_argument("--router", required=True)
     ap.add_argument("--engine", required=True)
-    ap.add_argument("--case", choices=["join", "nopeer"], required=True)
+    ap.add_argument("--case", choices=["join", "nopeer", "stale"], required=True)
     ARGS = ap.parse_args()
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="infera-peer-") as tmp, \
             Processes(log_dir=os.environ.get("INFERA_TEST_LOG_DIR")) as procs:
-        {"join": case_join, "nopeer": case_nopeer}[ARGS.case](procs, tmp)
+        {"join": case_join, "nopeer": case_nopeer, "stale": case_stale}[ARGS.case](procs, tmp)
     print(f"all passed in {time.time() - t0:.1f} s", flush=True)
 
 
