@@ -10,8 +10,11 @@
 // created_unix_ms: a later offer moved it on to a newer file) is answered "gone". It
 // takes no index lock.
 //
-// FetchPeerSnapshot asks for offers, waits offer_wait_ms, takes the newest compatible
-// one (created_unix_ms, then instance), keeps `in_flight` chunk requests outstanding,
+// FetchPeerSnapshot asks for offers and starts with the first compatible one; an offer
+// that arrives within offer_wait_ms of the request and is newer (created_unix_ms, then
+// the smaller instance) replaces it (so the newest offer of the window is taken, never
+// later than waiting the window out would have started it). It keeps `in_flight` chunk
+// requests outstanding,
 // retries a chunk `chunk_retries` times after chunk_timeout_ms, writes every chunk at
 // its offset into `path.tmp.<pid>`, fsyncs it, checks it as a file loaded at start
 // (every check of §7, the checksum over the bytes received), and renames it to `path`.
@@ -114,8 +117,8 @@ struct PeerFetchOutcome {
   uint64_t peer = 0;   // the instance the file came from
   uint64_t bytes = 0;
   int64_t took_ms = 0;
-  // Where the time went (the log line; doc/perf-scale.md): waiting for offers, the
-  // chunks of the offer taken, its fsync, and the check of the received bytes.
+  // Where the time went (the log line; doc/perf-scale.md): connecting and the first
+  // offer, the chunks of the offer taken, its fsync, and the check of the received bytes.
   int64_t offers_ms = 0, transfer_ms = 0, sync_ms = 0, check_ms = 0;
 };
 

@@ -33,43 +33,12 @@ std::span<const uint8_t> Body(natsMsg* msg) {
 
 std::string NatsText(natsStatus s) { return natsStatus_GetText(s); }
 
-// A failed step of the fetch.
+// A failed step of the fetch; `switched`: not a failure, a newer offer arrived within
+// the offer window while this one was being fetched.
 struct Failure {
   PeerFetchResult result;
   std::string detail;
-};
-
-// An inbox and a synchronous subscription on it (or on `inbox.*`), destroyed together.
-class Inbox {
- public:
-  Inbox(natsConnection* nc, bool wildcard) {
-    natsInbox* inbox = nullptr;
-    if (natsInbox_Create(&inbox) != NATS_OK) return;
-    name_ = inbox;
-    natsInbox_Destroy(inbox);
-    const std::string subject = wildcard ? name_ + ".*" : name_;
-    if (natsConnection_SubscribeSync(&sub_, nc, subject.c_str()) != NATS_OK) sub_ = nullptr;
-  }
-  ~Inbox() {
-    if (sub_ != nullptr) {
-      natsSubscription_Unsubscribe(sub_);
-      natsSubscription_Destroy(sub_);
-    }
-  }
-  Inbox(const Inbox&) = delete;
-  Inbox& operator=(const Inbox&) = delete;
-  bool ok() const { return sub_ != nullptr; }
-  const std::string& name() const { return name_; }
-  // The next message within timeout_ms (owned by the caller), or null.
-  natsMsg* Next(int64_t timeout_ms, natsStatus& s) {
-    natsMsg* msg = nullptr;
-    s = natsSubscription_NextMsg(&msg, sub_, std::max<int64_t>(timeout_ms, 1));
-    return s == NATS_OK ? msg : nullptr;
-  }
-
- private:
-  std::string name_;
-  natsSubscription* sub_ = nullptr;
+  bool switched = false;
 };
 
 struct MsgGuard {
@@ -77,48 +46,113 @@ struct MsgGuard {
   ~MsgGuard() { natsMsg_Destroy(msg); }
 };
 
-// Offers received within offer_wait_ms that this joiner accepts, newest first.
-std::vector<SnapshotOffer> CollectOffers(natsConnection* nc, const PeerSnapshotIdentity& id,
-                                         const PeerFetchOptions& options, size_t& received) {
-  std::vector<SnapshotOffer> offers;
-  Inbox inbox(nc, false);
-  if (!inbox.ok()) return offers;
-  const std::string body = EncodeOfferRequest({.fleet = StoredFleetId(id.fleet_id),
-                                               .transport = static_cast<uint8_t>(id.transport),
-                                               .hash_scheme = core::kHashSchemeVersion,
-                                               .joiner = id.instance});
-  const std::string subject = SnapshotOfferSubject(StoredFleetId(id.fleet_id));
-  if (natsConnection_PublishRequest(nc, subject.c_str(), inbox.name().c_str(), body.data(),
-                                    static_cast<int>(body.size())) != NATS_OK) {
-    return offers;
-  }
-  const int64_t deadline = SteadyMs() + options.offer_wait_ms;
-  for (int64_t left = options.offer_wait_ms; left > 0; left = deadline - SteadyMs()) {
-    natsStatus s;
-    natsMsg* msg = inbox.Next(left, s);
-    if (msg == nullptr) break;
-    MsgGuard guard{msg};
-    if (natsMsg_IsNoResponders(msg)) break;  // nobody subscribes: no replica serves
-    ++received;
-    auto offer = DecodeOffer(Body(msg));
-    if (!offer.ok() || !OfferShapeValid(*offer) || offer->instance == id.instance) continue;
-    const int64_t age_ms = SnapshotWallMs() - offer->created_unix_ms;
-    if (age_ms > id.max_age_s * 1000 || age_ms < -kMaxFutureMs) continue;
-    offers.push_back(*offer);
-  }
-  std::sort(offers.begin(), offers.end(), [](const SnapshotOffer& a, const SnapshotOffer& b) {
-    if (a.created_unix_ms != b.created_unix_ms) return a.created_unix_ms > b.created_unix_ms;
-    return a.instance < b.instance;
-  });
-  return offers;
+// Newest first (created_unix_ms, then the smaller instance).
+bool Better(const SnapshotOffer& a, const SnapshotOffer& b) {
+  if (a.created_unix_ms != b.created_unix_ms) return a.created_unix_ms > b.created_unix_ms;
+  return a.instance < b.instance;
 }
 
-// The chunks of one offer into `fd` at their offsets.
-std::optional<Failure> FetchChunks(natsConnection* nc, const SnapshotOffer& offer, int fd,
-                                   const PeerFetchOptions& options) {
-  Inbox inbox(nc, true);
-  if (!inbox.ok()) return Failure{PeerFetchResult::kTimeout, "no inbox"};
+// One fetch. A wildcard inbox receives the offers (<inbox>.offer) and the chunks of
+// every transfer (<inbox>.<transfer>.<index>), so an offer that arrives within the
+// offer window while the first one is being fetched is seen: the fetch starts with the
+// first acceptable offer instead of waiting out the window, and moves to a newer one
+// if it arrives in time (never later than waiting the window out would have started).
+class Fetch {
+ public:
+  Fetch(natsConnection* nc, const PeerSnapshotIdentity& id, const PeerFetchOptions& options)
+      : nc_(nc), id_(id), options_(options) {
+    natsInbox* inbox = nullptr;
+    if (natsInbox_Create(&inbox) != NATS_OK) return;
+    inbox_ = inbox;
+    natsInbox_Destroy(inbox);
+    const std::string subject = inbox_ + ".>";
+    if (natsConnection_SubscribeSync(&sub_, nc, subject.c_str()) != NATS_OK) sub_ = nullptr;
+  }
+  ~Fetch() {
+    if (sub_ != nullptr) {
+      natsSubscription_Unsubscribe(sub_);
+      natsSubscription_Destroy(sub_);
+    }
+  }
+  Fetch(const Fetch&) = delete;
+  Fetch& operator=(const Fetch&) = delete;
+
+  // Publishes the offer request; false when it cannot be sent.
+  bool Ask() {
+    if (sub_ == nullptr) return false;
+    const std::string body = EncodeOfferRequest({.fleet = StoredFleetId(id_.fleet_id),
+                                                 .transport = static_cast<uint8_t>(id_.transport),
+                                                 .hash_scheme = core::kHashSchemeVersion,
+                                                 .joiner = id_.instance});
+    const std::string subject = SnapshotOfferSubject(StoredFleetId(id_.fleet_id));
+    const std::string reply = inbox_ + ".offer";
+    window_end_ms_ = SteadyMs() + options_.offer_wait_ms;
+    return natsConnection_PublishRequest(nc_, subject.c_str(), reply.c_str(), body.data(),
+                                         static_cast<int>(body.size())) == NATS_OK;
+  }
+
+  // Waits for the first acceptable offer, until the window ends or no replica can
+  // answer. Chunk answers cannot arrive yet.
+  void WaitFirst() {
+    while (offers_.empty() && !no_responders_) {
+      const int64_t left = window_end_ms_ - SteadyMs();
+      if (left <= 0) return;
+      natsMsg* msg = nullptr;
+      if (natsSubscription_NextMsg(&msg, sub_, left) != NATS_OK) return;
+      MsgGuard guard{msg};
+      TakeOffer(msg);
+    }
+  }
+
+  // The best offer not yet tried (removed from the list).
+  std::optional<SnapshotOffer> Next() {
+    if (offers_.empty()) return std::nullopt;
+    SnapshotOffer best = offers_.front();
+    offers_.erase(offers_.begin());
+    return best;
+  }
+  void PutBack(const SnapshotOffer& offer) { Insert(offer); }
+
+  size_t received() const { return received_; }
+
+  // The chunks of `offer` into `fd` at their offsets.
+  std::optional<Failure> Chunks(const SnapshotOffer& offer, int fd);
+
+ private:
+  void Insert(const SnapshotOffer& offer) {
+    offers_.insert(std::upper_bound(offers_.begin(), offers_.end(), offer, Better), offer);
+  }
+  // An answer to the offer request: kept when it arrived within the window and this
+  // joiner accepts it.
+  void TakeOffer(natsMsg* msg) {
+    if (natsMsg_IsNoResponders(msg)) {  // nobody subscribes: no replica serves
+      no_responders_ = true;
+      return;
+    }
+    if (SteadyMs() > window_end_ms_) return;
+    ++received_;
+    auto offer = DecodeOffer(Body(msg));
+    if (!offer.ok() || !OfferShapeValid(*offer) || offer->instance == id_.instance) return;
+    const int64_t age_ms = SnapshotWallMs() - offer->created_unix_ms;
+    if (age_ms > id_.max_age_s * 1000 || age_ms < -kMaxFutureMs) return;
+    Insert(*offer);
+  }
+
+  natsConnection* const nc_;
+  const PeerSnapshotIdentity& id_;
+  const PeerFetchOptions& options_;
+  std::string inbox_;
+  natsSubscription* sub_ = nullptr;
+  int64_t window_end_ms_ = 0;
+  size_t received_ = 0;
+  bool no_responders_ = false;
+  uint64_t transfer_ = 0;              // numbers the transfers' reply subjects
+  std::vector<SnapshotOffer> offers_;  // not yet tried, best first
+};
+
+std::optional<Failure> Fetch::Chunks(const SnapshotOffer& offer, int fd) {
   const std::string subject = SnapshotChunkSubject(offer.instance);
+  const std::string prefix = inbox_ + "." + std::to_string(++transfer_) + ".";
   struct Pending {
     int64_t deadline_ms = 0;
     int attempts = 0;
@@ -127,28 +161,28 @@ std::optional<Failure> FetchChunks(natsConnection* nc, const SnapshotOffer& offe
   auto send = [&](uint64_t index) {
     const std::string body =
         EncodeChunkRequest({.created_unix_ms = offer.created_unix_ms, .index = index});
-    const std::string reply = inbox.name() + "." + std::to_string(index);
-    natsConnection_PublishRequest(nc, subject.c_str(), reply.c_str(), body.data(),
+    const std::string reply = prefix + std::to_string(index);
+    natsConnection_PublishRequest(nc_, subject.c_str(), reply.c_str(), body.data(),
                                   static_cast<int>(body.size()));
     Pending& p = pending[index];
-    p.deadline_ms = SteadyMs() + options.chunk_timeout_ms;
+    p.deadline_ms = SteadyMs() + options_.chunk_timeout_ms;
     ++p.attempts;
   };
   uint64_t next = 0, done = 0;
   while (done < offer.chunks) {
-    while (pending.size() < static_cast<size_t>(options.in_flight) && next < offer.chunks) {
+    while (pending.size() < static_cast<size_t>(options_.in_flight) && next < offer.chunks) {
       send(next++);
     }
     int64_t earliest = INT64_MAX;
     for (const auto& [index, p] : pending) earliest = std::min(earliest, p.deadline_ms);
-    natsStatus s;
-    natsMsg* msg = inbox.Next(earliest - SteadyMs(), s);
-    if (msg == nullptr) {
-      if (s != NATS_TIMEOUT) return Failure{PeerFetchResult::kTimeout, NatsText(s)};
+    natsMsg* msg = nullptr;
+    const natsStatus s =
+        natsSubscription_NextMsg(&msg, sub_, std::max<int64_t>(earliest - SteadyMs(), 1));
+    if (s == NATS_TIMEOUT) {
       const int64_t now = SteadyMs();
       for (auto& [index, p] : pending) {
         if (p.deadline_ms > now) continue;
-        if (p.attempts > options.chunk_retries) {
+        if (p.attempts > options_.chunk_retries) {
           return Failure{PeerFetchResult::kTimeout, "chunk " + std::to_string(index) +
                                                         " unanswered after " +
                                                         std::to_string(p.attempts) + " tries"};
@@ -157,9 +191,18 @@ std::optional<Failure> FetchChunks(natsConnection* nc, const SnapshotOffer& offe
       }
       continue;
     }
+    if (s != NATS_OK) return Failure{PeerFetchResult::kTimeout, NatsText(s)};
     MsgGuard guard{msg};
     const std::string_view reply = natsMsg_GetSubject(msg);
-    const uint64_t index = std::strtoull(reply.substr(inbox.name().size() + 1).data(), nullptr, 10);
+    if (reply == inbox_ + ".offer") {
+      TakeOffer(msg);
+      if (!offers_.empty() && Better(offers_.front(), offer)) {
+        return Failure{PeerFetchResult::kOk, "a newer offer", /*switched=*/true};
+      }
+      continue;
+    }
+    if (!reply.starts_with(prefix)) continue;  // an earlier transfer's late answer
+    const uint64_t index = std::strtoull(reply.substr(prefix.size()).data(), nullptr, 10);
     if (!pending.contains(index)) continue;  // a late answer to a retried request
     const char* error = nullptr;
     if (natsMsg_IsNoResponders(msg) ||
@@ -189,18 +232,22 @@ std::optional<Failure> FetchChunks(natsConnection* nc, const SnapshotOffer& offe
 }
 
 // One offer: chunks into the temp file, fsync, every load check, rename to the path.
-std::optional<Failure> FetchOffer(natsConnection* nc, const SnapshotOffer& offer,
-                                  const PeerSnapshotIdentity& id, const PeerFetchOptions& options,
-                                  PeerFetchOutcome& times) {
+std::optional<Failure> FetchOffer(Fetch& fetch, const SnapshotOffer& offer,
+                                  const PeerSnapshotIdentity& id, PeerFetchOutcome& times) {
   PosixSnapshotFs fs;
   const std::string temp = id.path + ".tmp." + std::to_string(getpid());
   (void)fs.Unlink(temp);
   const int fd = open(temp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
   if (fd < 0) return Failure{PeerFetchResult::kIo, "open " + temp + ": " + strerror(errno)};
   int64_t t = SteadyMs();
-  std::optional<Failure> failure = FetchChunks(nc, offer, fd, options);
+  std::optional<Failure> failure = fetch.Chunks(offer, fd);
   times.transfer_ms = SteadyMs() - t;
   t = SteadyMs();
+  if (failure && failure->switched) {
+    close(fd);
+    (void)fs.Unlink(temp);
+    return failure;
+  }
   if (!failure && fsync(fd) != 0) {
     failure = Failure{PeerFetchResult::kIo, std::string("fsync: ") + strerror(errno)};
   }
@@ -253,21 +300,29 @@ PeerFetchOutcome FetchPeerSnapshot(const PeerSnapshotIdentity& id,
   if (s != NATS_OK) {
     out.detail = "NATS " + options.nats_url + ": " + NatsText(s);
   } else {
-    size_t received = 0;
-    const std::vector<SnapshotOffer> offers = CollectOffers(nc, id, options, received);
+    Fetch fetch(nc, id, options);
+    if (fetch.Ask()) fetch.WaitFirst();
     out.offers_ms = SteadyMs() - start;
-    out.result = received == 0 ? PeerFetchResult::kNoOffer : PeerFetchResult::kIncompatible;
-    out.detail = received == 0 ? "no offer in " + std::to_string(options.offer_wait_ms) + " ms"
-                               : "no compatible offer of " + std::to_string(received);
-    for (size_t i = 0; i < offers.size() && i < static_cast<size_t>(options.max_offers); ++i) {
-      std::optional<Failure> failure = FetchOffer(nc, offers[i], id, options, out);
+    out.result = fetch.received() == 0 ? PeerFetchResult::kNoOffer : PeerFetchResult::kIncompatible;
+    out.detail = fetch.received() == 0
+                     ? "no offer in " + std::to_string(options.offer_wait_ms) + " ms"
+                     : "no compatible offer of " + std::to_string(fetch.received());
+    for (int failed = 0; failed < options.max_offers;) {
+      const std::optional<SnapshotOffer> offer = fetch.Next();
+      if (!offer) break;
+      std::optional<Failure> failure = FetchOffer(fetch, *offer, id, out);
       if (!failure) {
         out.result = PeerFetchResult::kOk;
         out.detail.clear();
-        out.peer = offers[i].instance;
-        out.bytes = offers[i].size;
+        out.peer = offer->instance;
+        out.bytes = offer->size;
         break;
       }
+      if (failure->switched) {  // the newer offer is next; this one stays a fallback
+        fetch.PutBack(*offer);
+        continue;
+      }
+      ++failed;
       out.result = failure->result;
       out.detail = failure->detail;
     }

@@ -35,7 +35,8 @@ void KvSnapshotPeer::JoinIfNeeded() {
     return;
   }
   spdlog::info(
-      "kv-snapshot: fetched {} bytes from peer {:016x} into {} in {} ms (connect + offers {} ms, "
+      "kv-snapshot: fetched {} bytes from peer {:016x} into {} in {} ms (connect + first offer {} "
+      "ms, "
       "transfer {} ms, fsync {} ms, check {} ms)",
       out.bytes, out.peer, identity_.path, out.took_ms, out.offers_ms, out.transfer_ms, out.sync_ms,
       out.check_ms);
