@@ -25,6 +25,12 @@ Phases and what is reported (one `result` JSON line at the end, with --json FILE
            the kill comes after a periodic snapshot that began after the probe, and the
            restart also reports the restore s, restored blocks, verify outcomes, the
            file's size and the last write's duration
+  join     (--join, implies --snapshot) before the kill: a nats-server runs from the start
+           and the router has --router-replica-sync; once its periodic snapshot is
+           written, a second router (its own --kv-snapshot-path, no file) starts with
+           --kv-snapshot-peer-join (doc/snapshot.md §9.1): ms to its /ready 200, the
+           fetch (bytes, ms), its restore s and verify outcomes, the probe's cache_hits
+           through it; then it is killed and the restart phase runs as without --join
 
 No timing assertions; --check asserts only what is exact: every block published was
 applied, the repeated prompt hits before and after the restart, the views are whole
@@ -32,7 +38,7 @@ after the restart when the fleet's replay buffers held their history.
 
 Usage: fleet_scale.py --router R --engine E --fleet F [--workers 512 --dp 8]
                       [--view-blocks 2441] [--rate 0] [--churn-s 20] [--check]
-                      [--snapshot [--snapshot-interval-s 5]]
+                      [--snapshot [--snapshot-interval-s 5]] [--join]
 """
 import argparse
 import json
@@ -49,7 +55,7 @@ import urllib.request
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "tests", "integration"))
-from harness import Processes, check, http, poll  # noqa: E402
+from harness import Processes, check, free_port, http, poll  # noqa: E402
 
 TARGETS_PER_SHARD = 2048  # each target: ~5 descriptors of the 20,000 a process may hold
 
@@ -287,6 +293,35 @@ def drain(router, shards, what, timeout):
     return time.monotonic(), last[0]
 
 
+def join_phase(procs, argv, snap_path, probe, result):
+    """A second replica joins from the running router's snapshot (--join)."""
+    argv = [snap_path + ".joiner" if a == snap_path else a for a in argv]
+    joiner = Router(procs, argv + ["--kv-snapshot-peer-join"], "joiner")
+    ms = joiner.ready_ms(timeout=300)
+    m = joiner.proc.wait_line(r"kv-snapshot: (fetched (\d+) bytes from peer \S+ into \S+ in "
+                              r"(\d+) ms|peer join failed: .*)", timeout=10)
+    print(m.group(0), flush=True)
+    check(complete(joiner.base, probe, "probe-join") == 200, "probe through the joiner")
+    hits = pick_hits(joiner, "probe-join")
+    body = joiner.metrics()
+    result.update({
+        "join_ready_ms": round(ms),
+        "join_fetch_bytes": int(m.group(2) or 0), "join_fetch_ms": int(m.group(3) or 0),
+        "join_restore_s": scalar(body, "infera_router_kv_snapshot_restore_seconds"),
+        "join_restored_blocks": int(scalar(body, "infera_router_kv_snapshot_restored_blocks_total")),
+        "join_verify": {r: labeled(body, "infera_router_kv_snapshot_verify_total", r)
+                        for r in ("ok", "epoch", "gap", "empty", "failed")},
+        "join_hits": hits,
+        "join_view": int(family_sum(body, "infera_policy_cache_view_size"))})
+    print(f"join: /ready {ms:.0f} ms after the joiner's start; fetched "
+          f"{result['join_fetch_bytes']} bytes in {result['join_fetch_ms']} ms; restored "
+          f"{result['join_restored_blocks']} blocks in {result['join_restore_s']:.2f} s; verify "
+          f"{result['join_verify']}; first repeated prompt cache_hits={hits}; views "
+          f"{result['join_view']} blocks", flush=True)
+    joiner.proc.p.kill()
+    joiner.proc.p.wait(timeout=30)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--router", required=True)
@@ -308,7 +343,10 @@ def main():
     ap.add_argument("--snapshot", action="store_true",
                     help="restart from a KV-view snapshot (--kv-snapshot-path)")
     ap.add_argument("--snapshot-interval-s", type=int, default=5)
+    ap.add_argument("--join", action="store_true",
+                    help="a second replica joins from the first's snapshot over NATS")
     args = ap.parse_args()
+    args.snapshot = args.snapshot or args.join
     rng = random.Random(args.seed)
     targets = args.workers * args.dp
     shards_n = max(1, -(-targets // TARGETS_PER_SHARD))
@@ -375,6 +413,12 @@ def main():
             if args.snapshot:
                 argv += ["--kv-snapshot-path", snap_path,
                          "--kv-snapshot-interval-s", str(args.snapshot_interval_s)]
+            if args.join:
+                nats_port = free_port()
+                nats = procs.start("nats", ["nats-server", "-a", "127.0.0.1", "-p",
+                                            str(nats_port)])
+                nats.wait_line(r"Server is ready")
+                argv += ["--router-replica-sync", "--nats-server", f"nats://127.0.0.1:{nats_port}"]
             router = Router(procs, argv, "router")
             ms = router.ready_ms(timeout=300)
             result["cold_ready_ms"] = round(ms)
@@ -519,6 +563,8 @@ def main():
                     "snapshot_blocks": int(scalar(body, "infera_router_kv_snapshot_blocks")),
                     "snapshot_write_s": scalar(
                         body, "infera_router_kv_snapshot_last_write_duration_seconds")})
+            if args.join:
+                join_phase(procs, argv, snap_path, probe, result)
             router.proc.p.kill()
             router.proc.p.wait(timeout=30)
             router = Router(procs, argv, "router2")
@@ -563,6 +609,12 @@ def main():
                     v = result["snapshot_verify"]
                     check(v["ok"] == targets + args.dp and sum(v.values()) == v["ok"],
                           f"every restored view verified ok ({v})")
+                if args.join:
+                    check(result["join_fetch_bytes"] > 0, "the joiner fetched a peer's snapshot")
+                    check(result["join_hits"] > 0, "the repeated prompt hits through the joiner")
+                    v = result["join_verify"]
+                    check(v["ok"] == targets + args.dp and sum(v.values()) == v["ok"],
+                          f"every view the joiner restored verified ok ({v})")
         finally:
             for s in shards:
                 s.stop()

@@ -186,11 +186,12 @@ class SnapshotWriter {
 
 // The router's snapshot settings (doc/snapshot.md §2).
 struct KvSnapshotOptions {
-  std::string path;  // --kv-snapshot-path; empty: no snapshots
+  std::string path;         // --kv-snapshot-path; empty: no snapshots
   int64_t interval_s = 30;  // --kv-snapshot-interval-s; 0: only the final one (SIGTERM)
   std::string fleet_id;     // --kv-snapshot-fleet, or derived (§4.2)
   bool fleet_derived = true;
   int64_t max_age_s = 900;  // --kv-snapshot-max-age-s
+  bool peer_join = false;   // --kv-snapshot-peer-join (§9.1)
 
   bool enabled() const { return !path.empty(); }
 };

@@ -12,6 +12,7 @@
 #include "router/dispatch/http_upstream.h"
 #include "router/dispatch/transport_upstream.h"
 #include "router/encode/prompt_encoder.h"
+#include "router/kv_snapshot_peer_wiring.h"
 #include "router/kv_snapshot_wiring.h"
 #include "router/metrics/router_metrics.h"
 #include "router/plan/pick_planner.h"
@@ -69,6 +70,10 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     events_ = std::make_unique<events::NatsEventSource>(index_, std::move(nats));
   } else {
     events::IngestorOptions ingest{.replay_on_add = true, .clock = clock_};
+    if (options_.kv_events && options_.replica_sync) {  // doc/snapshot.md §9.1
+      peer_ = MakeKvSnapshotPeer(options_.kv_snapshot, options_.replica_sync->nats_url);
+    }
+    if (peer_ && options_.kv_snapshot.peer_join) peer_->JoinIfNeeded();
     PrepareKvSnapshots(options_.kv_snapshot, index_, ingest);  // before any subscription
     events_ = std::make_unique<events::KvEventIngestor>(index_, std::move(ingest));
   }
@@ -191,6 +196,8 @@ void Router::MakeViews() {
     planner_->set_on_plan([sync = replica_.get()] { sync->NotifyPlan(); });
     views_->set_replica_sync(replica_.get());
   }
+  if (peer_)
+    views_->add_metrics([peer = peer_.get()](std::string& out) { peer->RenderMetrics(out); });
   if (admission_) {
     views_->add_metrics(
         [queue = admission_.get()](std::string& out) { queue->RenderMetrics(out); });
@@ -198,13 +205,13 @@ void Router::MakeViews() {
   if (nats_ != nullptr) {
     views_->add_metrics([nats = nats_](std::string& out) { nats->RenderMetrics(out); });
   }
-  views_->add_metrics([events = events_.get()](std::string& out) {
-    RenderKvSnapshotMetrics(*events, out);
-  });
+  views_->add_metrics(
+      [events = events_.get()](std::string& out) { RenderKvSnapshotMetrics(*events, out); });
 }
 
 Router::~Router() {
   if (started_) Shutdown();
+  if (peer_) peer_->Stop();
   if (replica_) replica_->Stop();
   pool_->Stop();
 }
@@ -217,6 +224,9 @@ absl::Status Router::Start() {
   if (admission_) admission_->Start(*pool_);
   if (replica_) {
     if (absl::Status s = replica_->Start(); !s.ok()) return s;
+    if (peer_) {
+      if (absl::Status s = peer_->StartServing(replica_->connection()->conn()); !s.ok()) return s;
+    }
   }
   if (nats_ != nullptr) {
     if (absl::Status s = nats_->Start(); !s.ok()) return s;
@@ -245,6 +255,7 @@ void Router::Shutdown() {
   StartFinalKvSnapshot(*events_);  // beside the drain (doc/snapshot.md §5.3)
   server_->Shutdown();
   WaitFinalKvSnapshot(*events_, 5'000);
+  if (peer_) peer_->Stop();
   if (replica_) replica_->Stop();
   pool_->Stop();
 }

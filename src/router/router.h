@@ -46,6 +46,7 @@
 namespace infera::router {
 
 class AdminViews;
+class KvSnapshotPeer;
 class ApiFront;
 class Dispatcher;
 class PickPlanner;
@@ -206,6 +207,7 @@ class Router {
   std::unique_ptr<HealthChecker> health_;
   std::unique_ptr<Readiness> readiness_;
   std::unique_ptr<ReplicaSync> replica_;  // null: --router-replica-sync off
+  std::unique_ptr<KvSnapshotPeer> peer_;  // null: no snapshots or no replica sync
   std::unique_ptr<http::Server> server_;
   bool started_ = false;
 };

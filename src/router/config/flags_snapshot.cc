@@ -53,6 +53,9 @@ void AddKvSnapshotFlags(CLI::App& app, RouterFlags& f) {
   app.add_option("--kv-snapshot-max-age-s", o.max_age_s,
                  "A snapshot older than this at start is refused (full replay)")
       ->capture_default_str();
+  app.add_flag("--kv-snapshot-peer-join", o.peer_join,
+               "With no usable local snapshot, fetch a peer replica's over NATS before the "
+               "start-up load (needs --kv-snapshot-path and --router-replica-sync)");
 }
 
 absl::Status ResolveKvSnapshot(RouterFlags& f, const ConfigSources&) {
@@ -64,10 +67,14 @@ absl::Status ResolveKvSnapshot(RouterFlags& f, const ConfigSources&) {
   if (o.fleet_id.empty() || o.fleet_id.size() > 255) {
     return FlagError("--kv-snapshot-fleet must be 1 to 255 bytes");
   }
+  if (o.peer_join && (!o.enabled() || !f.replica_sync)) {
+    return FlagError("--kv-snapshot-peer-join needs --kv-snapshot-path and --router-replica-sync");
+  }
   if (o.enabled() && f.kv_transport != "zmq") {
-    spdlog::warn("kv-snapshot: --kv-snapshot-path is built for --kv-event-transport zmq only; "
-                 "with {} no snapshot is written or loaded",
-                 f.kv_transport);
+    spdlog::warn(
+        "kv-snapshot: --kv-snapshot-path is built for --kv-event-transport zmq only; "
+        "with {} no snapshot is written or loaded",
+        f.kv_transport);
   } else if (o.enabled()) {
     spdlog::info("kv-snapshot: fleet {} ({})", o.fleet_id, o.fleet_derived ? "derived" : "flag");
   }

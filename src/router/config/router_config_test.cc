@@ -234,5 +234,17 @@ TEST(RouterConfigTest, KvSnapshotFlags) {
   EXPECT_EQ(ErrorOf({"--kv-snapshot-fleet", ""}), "--kv-snapshot-fleet must be 1 to 255 bytes");
 }
 
+TEST(RouterConfigTest, KvSnapshotPeerJoinNeedsAPathAndReplicaSync) {
+  EXPECT_FALSE(Configure({})->flags->options.kv_snapshot.peer_join);
+  auto join = Configure(
+      {"--kv-snapshot-path", "/tmp/kv.snap", "--router-replica-sync", "--kv-snapshot-peer-join"});
+  ASSERT_TRUE(join->status.ok()) << join->status;
+  EXPECT_TRUE(join->flags->options.kv_snapshot.peer_join);
+  const std::string needs =
+      "--kv-snapshot-peer-join needs --kv-snapshot-path and --router-replica-sync";
+  EXPECT_EQ(ErrorOf({"--kv-snapshot-path", "/tmp/kv.snap", "--kv-snapshot-peer-join"}), needs);
+  EXPECT_EQ(ErrorOf({"--router-replica-sync", "--kv-snapshot-peer-join"}), needs);
+}
+
 }  // namespace
 }  // namespace infera::router::config

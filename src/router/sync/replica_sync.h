@@ -78,6 +78,9 @@ class ReplicaSync {
   void NotifyPlan();
 
   const std::string& replica_id() const { return options_.replica_id; }
+  // The connection (REQUIRES: Start succeeded; null after Stop): the snapshot peer
+  // join serves on it (doc/snapshot.md §9.1).
+  events::NatsConnection* connection() const { return nc_.get(); }
   // infera_router_replica_* families (doc/replica-sync.md "Edges").
   void RenderMetrics(std::string& out) const;
 
