@@ -335,6 +335,8 @@ def main():
                     help="each target's replay buffer (batches)")
     ap.add_argument("--rate", type=float, default=0, help="churn blocks/s (0: unpaced)")
     ap.add_argument("--churn-s", type=float, default=20)
+    ap.add_argument("--quiet-picks", type=int, default=0,
+                    help="requests sent one after another after the fill, before the churn")
     ap.add_argument("--poll-s", type=float, default=0.25, help="/metrics poll interval")
     ap.add_argument("--json", default=None)
     ap.add_argument("--log-dir", default=None)
@@ -456,6 +458,21 @@ def main():
                   f"{result['fill_blocks_per_cpu_s']} blocks per CPU s; the fleet published them in "
                   f"{t_pub:.2f} s); {int(view)} blocks in view; RSS {rss:.1f} MiB = base + "
                   f"{result['bytes_per_block']} B per (target, block)", flush=True)
+
+            if args.quiet_picks:
+                # Picks with the views full and no churn: the pick's own cost at this
+                # fleet size (only the mock engine's own events are ingested meanwhile).
+                hq0 = buckets(router.metrics(), "hash_match")
+                qrng = random.Random(args.seed + 2)
+                for i in range(args.quiet_picks):
+                    complete(router.base, prompt(qrng), f"quiet-{i}")
+                hq1 = buckets(router.metrics(), "hash_match")
+                q50, qn = quantile_bound(hq0, hq1, 0.5)
+                q99, _ = quantile_bound(hq0, hq1, 0.99)
+                result.update({"quiet_pick_p50_le_us": q50 and q50 * 1e6,
+                               "quiet_pick_p99_le_us": q99 and q99 * 1e6, "quiet_picks": qn})
+                print(f"quiet picks: (hash_match) p50 <= {result['quiet_pick_p50_le_us']} us, "
+                      f"p99 <= {result['quiet_pick_p99_le_us']} us over {qn} picks", flush=True)
 
             # churn, with a client sending requests and /metrics polled for the lag
             stop = threading.Event()

@@ -197,7 +197,9 @@ class KvIndex {
   // A table rebuild is O(table): growing the row table past 1M rows held the writer
   // ~0.1 s. PrepareGrowth (const: run it under a shared lock, readers go on) builds
   // the tables the next `more` inserts into target `id` would rebuild (the row table,
-  // every engine map translated to its new rows, the target's own map grown); empty
+  // every engine map translated to its new rows, the target's own map grown; when
+  // deleted slots alone used the row table's room up, the list of those that can turn
+  // empty in place instead, OpenTable::ReclaimableDeleted); empty
   // when no rebuild is due or none can be prepared (then the insert rebuilds as
   // before). InstallGrowth (exclusive) swaps them in, O(targets), if nothing was
   // written since they were prepared, and says whether it did; the plan then holds

@@ -1175,6 +1175,7 @@ struct GrowthPlan::Impl {
   uint64_t generation = 0;
   bool rows_rebuilt = false;
   RowTable rows;
+  std::vector<uint32_t> reclaim;  // deleted row slots to turn empty (RowTable::ReclaimSlots)
   std::vector<std::pair<TargetId, EngineMap>> maps;
 };
 

@@ -14,7 +14,8 @@
 //    huge pages (a probe of a big table is then one cache miss, not a miss plus a
 //    page walk).
 // Erase turns a slot empty when no probe window can have seen it full (absl's rule),
-// else deleted; Rebuild() drops deleted slots.
+// else deleted; Rebuild() drops deleted slots, ReclaimDeleted() turns the deleted
+// slots no key's probe needs empty in place (a same-capacity rebuild avoided).
 //
 // Slot: a trivially copyable struct with `uint64_t key() const` and
 // `void set_key(uint64_t)`.
@@ -165,14 +166,73 @@ class OpenTable {
 
   // Makes room for `more` inserts. When that takes a rebuild, slots move: then
   // `old_to_new` (when not null) gets, per old slot index, the new one (kNone for
-  // slots that were not full) and true is returned.
+  // slots that were not full) and true is returned. When deleted slots alone used the
+  // room up (a rebuild at the same capacity), the ones no probe needs turn empty in
+  // place first (ReclaimDeleted): no slot moves, and false is returned if that made
+  // enough room.
   bool Reserve(size_t more, std::vector<uint32_t>* old_to_new) {
     if (!NeedsRebuild(more)) return false;
+    if (DeletedUsedTheRoom(more) && ReclaimDeleted(more)) return false;
     RebuildTo(ReserveCapacity(more), old_to_new);
     return true;
   }
+  // Whether the keys and `more` fit at 3/4 load, so deleted slots (not keys) used the
+  // room up: reclaiming them is tried before a rebuild. (Not "the rebuild keeps the
+  // capacity": under churn at a steady size a rebuild grows the table by a few slots
+  // each time, CapacityFor(size + more), and would never count as same-capacity.)
+  bool DeletedUsedTheRoom(size_t more) const {
+    return size_ + more <= capacity_ / 4 * 3;
+  }
   // Whether Reserve(more) would rebuild, and the capacity it would rebuild to.
   bool NeedsRebuild(size_t more) const { return more > growth_left_; }
+  size_t growth_left() const { return growth_left_; }
+
+  // The deleted slots no live key's probe passes over, ascending: each can turn empty
+  // without moving anything. A key found in its probe's window j (16 slots each, from
+  // its home slot) needs windows 0..j-1 free of empty slots; nothing else does (a
+  // probe for an absent key may stop earlier: it finds nothing either way). O(capacity),
+  // const: a writer can compute it under a shared lock and ReclaimSlots after.
+  std::vector<uint32_t> ReclaimableDeleted() const {
+    std::vector<uint32_t> out;
+    if (capacity_ == 0 || size_ + 1 >= capacity_) return out;
+    std::vector<uint64_t> needed((capacity_ + 63) / 64, 0);
+    size_t deleted = 0;
+    for (uint32_t i = 0; i < capacity_; ++i) {
+      if (i + 64 < capacity_) __builtin_prefetch(&slots_[i + 64]);
+      const int8_t c = ctrl_[i];
+      if (c == kDeleted) ++deleted;
+      if (c < 0) continue;
+      const uint32_t home = Home(Mix(slots_[i].key()));
+      const uint32_t d = i >= home ? i - home : i + capacity_ - home;
+      const uint32_t before = d / kGroup * kGroup;  // slots of the windows before its own
+      for (uint32_t k = 0, j = home; k < before; ++k, j = j + 1 == capacity_ ? 0 : j + 1) {
+        needed[j >> 6] |= uint64_t{1} << (j & 63);
+      }
+    }
+    if (deleted == 0) return out;
+    out.reserve(deleted);
+    for (uint32_t i = 0; i < capacity_; ++i) {
+      if (ctrl_[i] == kDeleted && !(needed[i >> 6] >> (i & 63) & 1)) out.push_back(i);
+    }
+    return out;
+  }
+  // Turns `slots` (from ReclaimableDeleted, no write since) empty.
+  void ReclaimSlots(const std::vector<uint32_t>& slots) {
+    for (const uint32_t i : slots) SetCtrl(i, kEmpty);
+    growth_left_ += slots.size();
+  }
+  // Whether turning ReclaimableDeleted() empty leaves room for `more` inserts and
+  // for 1/32 of the table (less would scan again soon: then rebuild).
+  bool ReclaimWorthIt(size_t reclaimable, size_t more) const {
+    return growth_left_ + reclaimable >= std::max<size_t>(more, capacity_ / 32);
+  }
+  // ReclaimableDeleted + ReclaimSlots when ReclaimWorthIt; returns whether it did.
+  bool ReclaimDeleted(size_t more) {
+    const std::vector<uint32_t> slots = ReclaimableDeleted();
+    if (!ReclaimWorthIt(slots.size(), more)) return false;
+    ReclaimSlots(slots);
+    return true;
+  }
   size_t ReserveCapacity(size_t more) const {
     // Deleted slots used the room up while the keys still fit: rebuild at the same
     // capacity (a shrink would be followed by regrowth under churn) unless the table

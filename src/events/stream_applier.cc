@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -38,6 +39,15 @@ bool StreamApplier::Apply(StreamState& s, const StreamTargetRef& target, uint64_
   // In slices: the lock is released between two, so a reader waits for one slice at
   // most, never for a whole batch (a 1.1M-block batch held it for seconds).
   BatchCursor cursor;
+  // Room for what a slice can insert: at most the batch's stored blocks. (Growing for
+  // a whole slice of 4,096 sized every target's engine map for 4,096 entries more than
+  // its view: ~76 KiB per target, 31 B per block in view at 4,096 targets x 2,441
+  // blocks, doc/perf-scale.md "Session 14".)
+  size_t stored = 0;
+  for (const DecodedEvent& e : s.scratch.events) {
+    if (e.type == EventType::kStored) stored += e.hash_count;
+  }
+  const size_t room = std::clamp<size_t>(stored, 1, slice_units_);
   for (bool done = false; !done;) {
     // A table the slice would have to grow is rebuilt first under the shared lock
     // (readers go on), then swapped in (core::KvIndex::PrepareGrowth).
@@ -45,7 +55,7 @@ bool StreamApplier::Apply(StreamState& s, const StreamTargetRef& target, uint64_
     {
       ReaderLock lock(mu_);
       if (!target.alive) return true;
-      growth = index_.PrepareGrowth(target.id, slice_units_);
+      growth = index_.PrepareGrowth(target.id, room);
     }
     WriterLock lock(mu_);
     if (!target.alive) return true;
