@@ -69,7 +69,7 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     events_ = std::make_unique<events::NatsEventSource>(index_, std::move(nats));
   } else {
     events::IngestorOptions ingest{.replay_on_add = true, .clock = clock_};
-    PrepareKvSnapshots(options_.kv_snapshot, index_, ingest);  // before any subscription
+    PrepareKvSnapshots(options_.kv_snapshot, ingest);  // the index still holds no target
     events_ = std::make_unique<events::KvEventIngestor>(index_, std::move(ingest));
   }
   metrics_ = std::make_unique<RouterMetrics>(options_.policy.policy);
