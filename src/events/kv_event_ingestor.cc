@@ -54,6 +54,14 @@ struct KvEventIngestor::Conn : StreamState {
   bool verifying = false;         // the replay in flight (or waited for) is a verify
   bool verify_checked = false;    // its first message matched the record
   bool verify_no_replay = false;  // no replay socket: the first live seq decides
+  // While the staging index builds (IngestorOptions::load) nothing is applied: replayed
+  // batches wait in `deferred`, a replay's end in finish_pending, a resync in
+  // resync_on_swap (all ingestion thread only); clear_on_swap (set by AddTarget under
+  // registry_mu_): the record's block size differed. Applied after the swap.
+  bool finish_pending = false;
+  bool finish_ok = false;
+  bool resync_on_swap = false;
+  bool clear_on_swap = false;
 
   // Replay (ingestion thread only). `held` keeps the live messages that arrived
   // since the gap; the first is the one that revealed it.
@@ -66,13 +74,14 @@ struct KvEventIngestor::Conn : StreamState {
   bool replay_waiting = false;            // asked for, waiting for a slot
   uint64_t replay_from = 0;
   std::deque<Held> held;
+  std::deque<Held> deferred;
   int replay_failures_in_row = 0;
   int64_t replay_retry_after_ns = 0;  // clock_ time
 
   // epoll registrations of sub, monitor and replay (ingestion thread only).
   std::array<Watch, 3> watches;
 
-  bool replaying() const { return replay != nullptr || replay_waiting; }
+  bool replaying() const { return replay != nullptr || replay_waiting || finish_pending; }
   StreamTargetRef ref() const { return {spec, id, alive}; }
 
   // Snapshot for TargetStatuses().
@@ -108,6 +117,7 @@ KvEventIngestor::KvEventIngestor(IngestorOptions options)
 }
 
 void KvEventIngestor::InitSnapshots() {
+  if (options_.load != nullptr) StartBuild();
   if (options_.restored != nullptr && !options_.restored->empty()) {
     base::MutexLock lock(registry_mu_);
     restored_ = *options_.restored;
@@ -123,6 +133,11 @@ void KvEventIngestor::InitSnapshots() {
 KvEventIngestor::~KvEventIngestor() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
+  if (build_thread_.joinable()) build_thread_.join();
+  if (building_.exchange(false)) {  // stopped before the swap: let no caller wait for it
+    { std::lock_guard<std::mutex> lock(build_mu_); }
+    build_cv_.notify_all();
+  }
   // The thread closed every socket it opened; nothing else touches them.
 }
 
@@ -130,7 +145,20 @@ core::TargetId KvEventIngestor::AddTarget(const IngestTarget& target) {
   IngestTarget spec = target;
   if (spec.block_size == 0) spec.block_size = 16;
   const std::string name = spec.key.ToString();
-  base::MutexLock lock(registry_mu_);
+  for (;;) {
+    {
+      base::MutexLock lock(registry_mu_);
+      auto it = registry_.find(name);
+      // Replacing a target removes it from the index: not while the staging index builds.
+      if (it == registry_.end() || it->second->spec == spec || !building_.load()) {
+        return AddLocked(std::move(spec), name);
+      }
+    }
+    WaitForBuild();
+  }
+}
+
+core::TargetId KvEventIngestor::AddLocked(IngestTarget spec, const std::string& name) {
   auto it = registry_.find(name);
   if (it != registry_.end()) {
     if (it->second->spec == spec) return it->second->id;
@@ -174,6 +202,9 @@ int64_t KvEventIngestor::DescriptorsHeld() const {
 }
 
 void KvEventIngestor::RemoveTarget(const core::TargetKey& key) {
+  // An id freed while the staging index builds would give the next target another id
+  // there than here (SwapInStaging).
+  WaitForBuild();
   base::MutexLock lock(registry_mu_);
   auto it = registry_.find(key.ToString());
   if (it == registry_.end()) return;
@@ -236,6 +267,10 @@ void KvEventIngestor::RunLoop() {
     int64_t timeout_ms = options_.poll_interval_ms;
     const int64_t now_ns = clock_.NowNs();
     if (!drained_.empty() || (snapshotter_ != nullptr && snapshotter_->InCycle())) timeout_ms = 0;
+    if (building_.load()) {
+      if (build_done_.load()) SwapInStaging(conns);
+      timeout_ms = std::min<int64_t>(timeout_ms, 1);  // the build's end: swap at once
+    }
     if (!in_flight_.empty()) {
       for (const Conn* c : in_flight_) {
         // Rounded up: a wake-up before the deadline would find the replay not yet late.
@@ -431,7 +466,7 @@ void KvEventIngestor::ReadMessages(Conn& c) {
 
 void KvEventIngestor::HandleLive(Conn& c, uint64_t seq, const void* payload, size_t size) {
   counters_.messages.fetch_add(1, std::memory_order_relaxed);
-  if (c.replaying()) {
+  if (c.replaying() || building_.load()) {
     c.held.push_back({seq, std::string(static_cast<const char*>(payload), size)});
     if (c.held.size() > options_.max_held_messages) {
       const std::string name = c.spec.key.ToString();
@@ -585,17 +620,26 @@ void KvEventIngestor::ReadReplay(Conn& c) {
       return;
     }
     counters_.replayed_batches.fetch_add(1, std::memory_order_relaxed);
-    if (c.seq.AlreadyApplied(seq)) continue;
-    if (!c.seq.IsNext(seq)) {
-      // The engine's buffer no longer reaches back to what we miss.
-      if (c.seq.last()) {
-        Resync(c);
-      } else {
-        c.complete = false;
-      }
+    if (building_.load()) {
+      c.deferred.push_back(
+          {seq, std::string(static_cast<const char*>(frames[2].data()), frames[2].size())});
+      continue;
     }
-    Apply(c, seq, frames[2].data(), frames[2].size());
+    ApplyReplayed(c, seq, frames[2].data(), frames[2].size());
   }
+}
+
+void KvEventIngestor::ApplyReplayed(Conn& c, uint64_t seq, const void* payload, size_t size) {
+  if (c.seq.AlreadyApplied(seq)) return;
+  if (!c.seq.IsNext(seq)) {
+    // The engine's buffer no longer reaches back to what we miss.
+    if (c.seq.last()) {
+      Resync(c);
+    } else {
+      c.complete = false;
+    }
+  }
+  Apply(c, seq, payload, size);
 }
 
 void KvEventIngestor::EndInitialReplay(Conn& c) {
@@ -614,6 +658,12 @@ void KvEventIngestor::FinishReplay(Conn& c, bool ok) {
     c.replay_waiting = false;
     std::erase(waiting_replays_, &c);
     std::erase(waiting_verifies_, &c);
+  }
+  if (building_.load()) {
+    // The slot is free for the next verify; the rest waits for the swap (ReleaseDeferred).
+    c.finish_ok = c.finish_pending ? c.finish_ok && ok : ok;
+    c.finish_pending = true;
+    return;
   }
   if (c.verifying && !c.verify_checked) {
     // Cannot verify (timeout, malformed): rebuild from the live stream (§6.2).
@@ -637,9 +687,16 @@ void KvEventIngestor::FinishReplay(Conn& c, bool ok) {
               "kv events: replay of {} from {} failed ({} in a row); no replay for {} ms",
               c.spec.key.ToString(), c.spec.replay_endpoint, c.replay_failures_in_row, backoff_ms);
   }
+  ReleaseHeld(c, /*first_catch_up=*/true);
+  // Last: a reader that sees Replaying() false (/ready, tests) then reads this
+  // target's final status and view, not the state before the held messages.
+  EndInitialReplay(c);
+}
+
+void KvEventIngestor::ReleaseHeld(Conn& c, bool first_catch_up) {
   std::deque<Conn::Held> held;
   held.swap(c.held);
-  bool first = true;
+  bool first = first_catch_up;
   while (!held.empty()) {
     Conn::Held m = std::move(held.front());
     held.pop_front();
@@ -653,9 +710,6 @@ void KvEventIngestor::FinishReplay(Conn& c, bool ok) {
     first = false;
   }
   PublishStatus(c);
-  // Last: a reader that sees Replaying() false (/ready, tests) then reads this
-  // target's final status and view, not the state before the held messages.
-  EndInitialReplay(c);
 }
 
 void KvEventIngestor::StartWaitingReplays() {
@@ -682,7 +736,17 @@ void KvEventIngestor::Apply(Conn& c, uint64_t seq, const void* payload, size_t s
   }
 }
 
-void KvEventIngestor::Resync(Conn& c) { applier_.Clear(c, c.ref()); }
+void KvEventIngestor::Resync(Conn& c) {
+  if (building_.load()) {
+    // The view to clear is in the staging index: cleared there at the swap.
+    c.resync_on_swap = true;
+    c.deferred.clear();
+    c.complete = false;
+    counters_.resyncs.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  applier_.Clear(c, c.ref());
+}
 
 void KvEventIngestor::PublishStatus(Conn& c) {
   const std::optional<uint64_t> last = c.seq.last();
@@ -694,7 +758,11 @@ void KvEventIngestor::PublishStatus(Conn& c) {
 
 void KvEventIngestor::ClaimRestored(Conn& c, const RestoredTarget& record) {
   if (record.block_size != c.spec.block_size) {
-    index_.ApplyCleared(c.id);
+    if (building_.load()) {
+      c.clear_on_swap = true;  // its view is in the staging index (SwapInStaging)
+    } else {
+      index_.ApplyCleared(c.id);
+    }
     if (options_.snapshot_stats) options_.snapshot_stats->refused_block_size.fetch_add(1);
     return;
   }
@@ -790,10 +858,123 @@ void KvEventIngestor::RestartFromZero(Conn& c) {
   QueueReplay(c);  // as first contact; the live messages stay held
 }
 
+// --- The staging build (doc/snapshot.md §6.1, §8.1 step 3) ---
+
+void KvEventIngestor::StartBuild() {
+  const std::vector<RestoredTarget>& records = options_.load->records();
+  base::MutexLock lock(registry_mu_);
+  {
+    // Record i gets id i here and in the staging index (both fresh, the same AddTarget
+    // calls in the same order); discovery's AddTarget of a restored key returns it.
+    WriterLock index_lock(index_mu_);
+    if (!index_.Targets().empty()) {
+      spdlog::error("kv-snapshot: the index already holds targets: snapshot not restored");
+      return;
+    }
+    for (const RestoredTarget& r : records) index_.AddTarget(r.key, r.block_size);
+  }
+  for (const RestoredTarget& r : records) restored_[r.key.ToString()] = r;
+  load_ = options_.load;
+  building_.store(true);
+  build_thread_ = std::thread([this] {
+    staging_ = load_->Build(build_failed_);
+    build_done_.store(true);
+  });
+}
+
+void KvEventIngestor::WaitForBuild() {
+  std::unique_lock<std::mutex> lock(build_mu_);
+  build_cv_.wait(lock, [&] { return !building_.load(); });
+}
+
+void KvEventIngestor::SwapInStaging(const std::vector<std::shared_ptr<Conn>>& conns) {
+  build_thread_.join();
+  core::KvIndex staging = std::move(staging_);
+  {
+    base::MutexLock lock(registry_mu_);
+    std::vector<core::TargetId> ids;
+    bool salted = false;
+    const size_t staged = staging.Targets().size();  // the records' ids: 0..staged-1
+    {
+      ReaderLock index_lock(index_mu_);
+      ids = index_.Targets();
+      salted = index_.SaltedTraffic();
+      // Targets discovery added since the records: nothing was removed from either
+      // index, so in id order they get the same ids in the staging index.
+      std::sort(ids.begin(), ids.end());
+      for (core::TargetId id : ids) {
+        if (id < staged) continue;
+        if (staging.AddTarget(index_.Key(id), index_.BlockSize(id)) != id) std::abort();
+      }
+    }
+    for (auto& [name, c] : registry_) {
+      staging.AddTarget(c->spec.key, c->spec.block_size);
+      staging.SetMaxBlocks(c->id, c->spec.max_blocks);
+      if (c->clear_on_swap || c->resync_on_swap) staging.ApplyCleared(c->id);
+    }
+    for (core::TargetId id : build_failed_) {
+      const std::string name = staging.Key(id).ToString();
+      restored_.erase(name);  // an unclaimed record's target goes now
+      if (auto it = registry_.find(name); it != registry_.end()) {
+        it->second->complete = false;  // claimed: the view is empty, not the record's
+      } else {
+        staging.RemoveTarget(id);
+      }
+    }
+    if (salted) staging.NoteSaltedTraffic();
+    {
+      WriterLock index_lock(index_mu_);
+      index_ = std::move(staging);
+    }
+    unclaimed_deadline_ns_ =
+        restored_.empty() ? -1 : clock_.NowNs() + options_.unclaimed_after_ms * 1'000'000;
+    building_.store(false);
+  }
+  { std::lock_guard<std::mutex> lock(build_mu_); }
+  build_cv_.notify_all();
+  // `staging` holds the former index of the records' empty targets: freed off-lock.
+  size_t ended = 0, waiting = 0;
+  for (const auto& c : conns) {
+    ended += c->finish_pending ? 1 : 0;
+    waiting += c->replay_waiting ? 1 : 0;
+    ReleaseDeferred(*c);
+  }
+  spdlog::info(
+      "kv-snapshot: staging index swapped in; {} targets followed, {} replays ended during "
+      "the build, {} in flight, {} waiting",
+      conns.size(), ended, in_flight_.size(), waiting);
+}
+
+void KvEventIngestor::ReleaseDeferred(Conn& c) {
+  c.resync_on_swap = false;
+  std::deque<Conn::Held> deferred;
+  deferred.swap(c.deferred);
+  for (const Conn::Held& m : deferred) ApplyReplayed(c, m.seq, m.payload.data(), m.payload.size());
+  if (c.finish_pending) {
+    c.finish_pending = false;
+    FinishReplay(c, c.finish_ok);
+  } else if (!c.replaying()) {
+    ReleaseHeld(c, /*first_catch_up=*/false);
+  }
+}
+
 // --- Snapshots (doc/snapshot.md §5) ---
 
 bool KvEventIngestor::SnapshotStep(const std::vector<std::shared_ptr<Conn>>& conns) {
   const int64_t now_ns = clock_.NowNs();
+  if (building_.load()) {
+    // The views are not in the index yet: no snapshot, and at SIGTERM the file being
+    // restored stays the snapshot.
+    if (!final_requested_.load()) return false;
+    spdlog::info("kv-snapshot: final snapshot not written: the restore had not ended ({} kept)",
+                 options_.snapshot.path);
+    {
+      std::lock_guard<std::mutex> lock(final_mu_);
+      final_exported_ = true;
+    }
+    final_cv_.notify_all();
+    return true;
+  }
   if (final_requested_.load()) {
     snapshotter_->Abort(now_ns);
     BeginSnapshot(conns, now_ns);

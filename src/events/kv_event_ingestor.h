@@ -133,6 +133,13 @@ struct IngestorOptions {
   KvSnapshotOptions snapshot = {};
   std::shared_ptr<KvSnapshotStats> snapshot_stats = nullptr;
   std::shared_ptr<const RestoredTargets> restored = nullptr;
+  // A file KvSnapshotLoad::Open accepted (instead of `restored`): the ingestor registers
+  // its records in the index at once, builds the staging index on a thread of its own
+  // and swaps it in under one exclusive hold, while the records' verify replays run;
+  // what they bring is applied after the swap (§6.1, §8.1 step 3). REQUIRES: an index
+  // that never held a target. Until the swap Replaying() is true, and RemoveTarget (and
+  // AddTarget replacing a target) wait for it.
+  std::shared_ptr<KvSnapshotLoad> load = nullptr;
   int max_concurrent_verify_replays = 128;  // verify replays, apart from the gap replays
   // Restored targets discovery has not added this long after the ingestor started are
   // removed from the index (refused_targets_total{reason="unclaimed"}, §6.1 step 5).
@@ -185,7 +192,9 @@ class KvEventIngestor final : public KvEventSource {
   }
 
   const KvEventCounters& counters() const override { return counters_; }
-  bool Replaying() const override { return initial_replays_pending_.load() > 0; }
+  bool Replaying() const override {
+    return building_.load() || initial_replays_pending_.load() > 0;
+  }
   // kDescriptorsPerTarget per followed target plus two per replay slot (verify slots
   // included when snapshots are on) plus the snapshot writer's two.
   int64_t DescriptorsHeld() const override;
@@ -198,11 +207,11 @@ class KvEventIngestor final : public KvEventSource {
   // Snapshots (null stats when off). At SIGTERM: RequestFinalSnapshot makes the
   // ingestion thread stop reading, abandon a periodic snapshot and export every view;
   // WaitFinalSnapshot waits until it is written (false at the timeout).
-  const KvSnapshotStats* snapshot_stats() const {
+  const KvSnapshotStats* snapshot_stats() const override {
     return snapshotter_ != nullptr ? &snapshotter_->stats() : options_.snapshot_stats.get();
   }
-  void RequestFinalSnapshot();
-  bool WaitFinalSnapshot(int64_t timeout_ms);
+  void RequestFinalSnapshot() override;
+  bool WaitFinalSnapshot(int64_t timeout_ms) override;
 
  private:
   struct Conn;
@@ -220,6 +229,14 @@ class KvEventIngestor final : public KvEventSource {
   };
 
   void InitSnapshots();
+  // IngestorOptions::load: the records registered, the build thread started; at its
+  // end the staging index swapped in and what the build held back applied.
+  void StartBuild();
+  void SwapInStaging(const std::vector<std::shared_ptr<Conn>>& conns);
+  void ReleaseDeferred(Conn& c);
+  void WaitForBuild();
+  core::TargetId AddLocked(IngestTarget spec, const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
   void Run();
   void RunLoop();
   void DrainCommands(std::vector<std::shared_ptr<Conn>>& conns);
@@ -241,6 +258,9 @@ class KvEventIngestor final : public KvEventSource {
   void ReadReplay(Conn& c);
   // Ends the target's replay, then applies the messages held meanwhile.
   void FinishReplay(Conn& c, bool ok);
+  // Applies the live messages held meanwhile (the first as a catch-up when asked).
+  void ReleaseHeld(Conn& c, bool first_catch_up);
+  void ApplyReplayed(Conn& c, uint64_t seq, const void* payload, size_t size);
   void EndInitialReplay(Conn& c);
   void StartWaitingReplays();
   bool ReplayAllowed(const Conn& c) const;
@@ -312,6 +332,17 @@ class KvEventIngestor final : public KvEventSource {
   uint64_t instance_ = 0;
   RestoredTargets restored_ ABSL_GUARDED_BY(registry_mu_);
   int64_t unclaimed_deadline_ns_ = -1;  // ingestion thread; -1: nothing restored left
+  // The staging build (IngestorOptions::load): its thread, its result (written before
+  // build_done_), and the records' count (their ids are 0..n-1). building_ is true
+  // until the swap; RemoveTarget waits on build_cv_ for it to turn false.
+  std::shared_ptr<KvSnapshotLoad> load_;
+  std::thread build_thread_;
+  core::KvIndex staging_;
+  std::vector<core::TargetId> build_failed_;
+  std::atomic<bool> build_done_{false};
+  std::atomic<bool> building_{false};
+  std::mutex build_mu_;
+  std::condition_variable build_cv_;
   std::atomic<bool> final_requested_{false};
   std::mutex final_mu_;
   std::condition_variable final_cv_;

@@ -20,6 +20,8 @@
 
 namespace infera::events {
 
+struct KvSnapshotStats;  // kv_snapshotter.h
+
 // Counters of a source (names in kv_event_ingestor.h "Metrics").
 struct KvEventCounters {
   std::atomic<uint64_t> messages{0};
@@ -75,6 +77,14 @@ class KvEventSource {
   // Descriptors the source holds for its subscriptions now (thread-safe, cheap): the
   // HTTP server leaves them out of its derived connection cap (ServerOptions::other_fds).
   virtual int64_t DescriptorsHeld() const { return 0; }
+
+  // KV-view snapshots (doc/snapshot.md): what the source counted (rendered on /metrics),
+  // null when it writes none. At SIGTERM, beside the drain (§5.3): RequestFinalSnapshot
+  // makes the source freeze its views and write them; WaitFinalSnapshot waits for the
+  // file (false at the timeout). A source without snapshots does nothing (true).
+  virtual const KvSnapshotStats* snapshot_stats() const { return nullptr; }
+  virtual void RequestFinalSnapshot() {}
+  virtual bool WaitFinalSnapshot(int64_t /*timeout_ms*/) { return true; }
 };
 
 }  // namespace infera::events

@@ -504,7 +504,7 @@ bool SnapshotReader::ParseRecords() {
   return true;
 }
 
-void SnapshotReader::ReadRecord(size_t i, SnapshotRecord& out) const {
+void SnapshotReader::ReadRecordHead(size_t i, SnapshotRecord& out) const {
   size_t pos = records_[i];
   size_t id_len = Get(data_ + pos + 4, 2);
   out.key.worker_id.assign(reinterpret_cast<const char*>(data_ + pos + 6), id_len);
@@ -523,6 +523,11 @@ void SnapshotReader::ReadRecord(size_t i, SnapshotRecord& out) const {
   out.position.last_seq = Get(f + 25, 8);
   out.position.last_payload_xxh3 = Get(f + 33, 8);
   out.position.stream_seq = Get(f + 41, 8);
+}
+
+void SnapshotReader::ReadRecord(size_t i, SnapshotRecord& out) const {
+  ReadRecordHead(i, out);
+  const uint8_t* f = data_ + records_[i] + 6 + Get(data_ + records_[i] + 4, 2);
   size_t count = Get(f + 49, 4);
   const uint8_t* p = f + kRecordFixedBytes;
   out.view.blocks.reserve(count);

@@ -237,6 +237,9 @@ class SnapshotReader {
   size_t file_size() const { return size_; }
   // Decodes record i (REQUIRES: result() == kLoaded, i < record_count()).
   void ReadRecord(size_t i, SnapshotRecord& out) const;
+  // Decodes record i but its blocks: key, block size, position, the view's bound and
+  // eviction state (`out.view`'s blocks and engine hashes are left empty).
+  void ReadRecordHead(size_t i, SnapshotRecord& out) const;
   // Unmaps the file (records can no longer be read).
   void Release();
 

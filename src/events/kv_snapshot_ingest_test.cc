@@ -5,8 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 
 #include "engine_events/fake_engine_cache.h"
@@ -75,15 +79,21 @@ class SnapshotIngest : public ::testing::Test {
     std::shared_ptr<KvSnapshotStats> stats = std::make_shared<KvSnapshotStats>();
     std::unique_ptr<KvEventIngestor> ing;
   };
-  std::unique_ptr<Restarted> Restart(const IngestTarget& target) {
+  // The router's way: the file checked, the staging index built beside the verify
+  // (IngestorOptions::load); `gate`, when given, holds the build until it is released.
+  std::unique_ptr<Restarted> Restart(const IngestTarget& target,
+                                     std::function<void()> gate = nullptr) {
     auto r = std::make_unique<Restarted>();
-    auto restored = std::make_shared<RestoredTargets>(
-        LoadKvSnapshot(options_, SnapshotTransport::kZmq, r->index, *r->stats));
-    EXPECT_EQ(restored->size(), 1u);
+    std::shared_ptr<KvSnapshotLoad> load =
+        KvSnapshotLoad::Open(options_, SnapshotTransport::kZmq, r->stats);
+    EXPECT_NE(load, nullptr);
+    if (load == nullptr) return r;
+    EXPECT_EQ(load->records().size(), 1u);
+    if (gate) load->set_before_build(std::move(gate));
     r->ing = std::make_unique<KvEventIngestor>(r->index, IngestorOptions{.replay_on_add = true,
                                                                          .snapshot = options_,
                                                                          .snapshot_stats = r->stats,
-                                                                         .restored = restored});
+                                                                         .load = std::move(load)});
     r->ing->AddTarget(target);
     return r;
   }
@@ -108,6 +118,85 @@ TEST_F(SnapshotIngest, VerifyOkReplaysOnlyWhatCameAfterTheRecord) {
   EXPECT_EQ(r->ing->counters().replayed_batches.load(), 6u);  // seq 19 (the check) .. 24
   EXPECT_EQ(r->ing->counters().resyncs.load(), 0u);
   EXPECT_TRUE(r->ing->TargetStatuses()[0].complete);
+}
+
+// A build held back by the test (Gate) until the test opens it.
+class Gate {
+ public:
+  std::function<void()> Hook() {
+    return [this] {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return open_; });
+    };
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  ~Gate() { Open(); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// §8.1 step 3: the verify replay runs while the staging index builds; what it brings is
+// held and applied after the swap, and until then the router is "starting" (Replaying).
+TEST_F(SnapshotIngest, VerifyDuringTheBuildIsAppliedAfterTheSwap) {
+  auto pub = SnapPublisher();
+  FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
+  for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());
+  WriteSnapshot(*pub, engine.TruthRouterHashes());
+  for (int i = 0; i < 5; ++i) pub->Publish(engine.NextBatch());  // while the router is down
+  Gate gate;
+  auto r = Restart(SnapTarget(*pub), gate.Hook());
+  // The verify's whole reply (seq 19 .. 24, then the end marker) arrives during the build.
+  ASSERT_TRUE(WaitFor([&] {
+    return Verified(*r, VerifyResult::kOk) == 1 && r->ing->counters().replayed_batches.load() == 6;
+  }));
+  EXPECT_TRUE(r->ing->Replaying());
+  EXPECT_TRUE(SharedView(r->index, {"engine:1", 0}).empty());  // nothing applied yet
+  EXPECT_EQ(r->ing->counters().batches.load(), 0u);
+  gate.Open();
+  ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
+  EXPECT_EQ(r->ing->TargetStatuses()[0].last_seq, uint64_t{24});
+  EXPECT_EQ(SharedView(r->index, {"engine:1", 0}), engine.TruthRouterHashes());
+  EXPECT_EQ(r->ing->counters().resyncs.load(), 0u);
+  EXPECT_TRUE(r->ing->TargetStatuses()[0].complete);
+}
+
+// A target discovery adds during the build (not in the file) keeps the id it was given:
+// the staging index gives it the same one at the swap. Its replay from 0 is held too.
+TEST_F(SnapshotIngest, TargetAddedDuringTheBuildKeepsItsId) {
+  auto pub = SnapPublisher();
+  FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
+  for (int i = 0; i < 10; ++i) pub->Publish(engine.NextBatch());
+  WriteSnapshot(*pub, engine.TruthRouterHashes());
+  Gate gate;
+  auto r = Restart(SnapTarget(*pub), gate.Hook());
+  auto pub2 = SnapPublisher();
+  FakeEngineCache engine2({.seed = 4, .capacity_blocks = 512});
+  for (int i = 0; i < 4; ++i) pub2->Publish(engine2.NextBatch());
+  IngestTarget second = SnapTarget(*pub2);
+  second.key = {"engine:2", 0};
+  const core::TargetId id = r->ing->AddTarget(second);
+  EXPECT_EQ(r->ing->FindTarget({"engine:1", 0}), core::TargetId{0});  // the record's id
+  EXPECT_EQ(id, core::TargetId{1});
+  ASSERT_TRUE(WaitFor([&] { return r->ing->counters().replayed_batches.load() == 5; }));
+  EXPECT_TRUE(r->ing->Replaying());
+  gate.Open();
+  ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
+  const std::optional<core::TargetId> found = r->index.WithIndex([](const core::KvIndex& i) {
+    return i.FindTarget({"engine:2", 0});
+  });
+  EXPECT_EQ(found, id);
+  EXPECT_EQ(SharedView(r->index, {"engine:1", 0}), engine.TruthRouterHashes());
+  EXPECT_EQ(SharedView(r->index, {"engine:2", 0}), engine2.TruthRouterHashes());
+  EXPECT_EQ(Verified(*r, VerifyResult::kOk), 1u);
 }
 
 TEST_F(SnapshotIngest, RestartedEnginePastTheRecordFailsTheEpochCheck) {
@@ -158,7 +247,8 @@ TEST_F(SnapshotIngest, WithoutAReplaySocketTheFirstLiveSeqDecides) {
   for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());
   WriteSnapshot(*pub, engine.TruthRouterHashes());
   auto r = Restart(SnapTarget(*pub, /*replay=*/false));
-  EXPECT_FALSE(r->ing->Replaying());
+  // No verify replay: "starting" only until the staging index is swapped in.
+  ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
   uint64_t last = 0;
   auto verdicts = [&] {
     return Verified(*r, VerifyResult::kNoReplayOk) + Verified(*r, VerifyResult::kNoReplayResync);

@@ -30,42 +30,6 @@ int64_t ThreadCpuUs() {
   return int64_t{ts.tv_sec} * 1'000'000 + ts.tv_nsec / 1000;
 }
 
-// Where a restore's time goes (the log line; doc/perf-scale.md).
-struct BuildTimes {
-  int64_t reserve_us = 0, decode_us = 0, restore_us = 0;
-};
-
-// Restores every record of an accepted file into `staging`; returns the blocks restored.
-uint64_t BuildStaging(const SnapshotReader& reader, core::KvIndex& staging,
-                      RestoredTargets& restored, KvSnapshotStats& stats, BuildTimes& times) {
-  int64_t t = SteadyUs();
-  staging.Reserve(reader.footer().distinct_hash_count);
-  times.reserve_us = SteadyUs() - t;
-  if (reader.header().salted_traffic) staging.NoteSaltedTraffic();
-  SnapshotRecord record;
-  uint64_t blocks = 0;
-  for (size_t i = 0; i < reader.record_count(); ++i) {
-    t = SteadyUs();
-    reader.ReadRecord(i, record);
-    const int64_t decoded = SteadyUs();
-    times.decode_us += decoded - t;
-    const core::TargetId id = staging.AddTarget(record.key, record.block_size);
-    staging.ReserveTarget(id, record.view.engine_hashes.size());
-    const core::RestoreStatus status = staging.RestoreView(id, record.view);
-    times.restore_us += SteadyUs() - decoded;
-    if (status != core::RestoreStatus::kOk) {
-      staging.RemoveTarget(id);
-      stats.refused_corrupt.fetch_add(1);
-      spdlog::warn("kv-snapshot: record of {} is inconsistent: not restored",
-                   record.key.ToString());
-      continue;
-    }
-    blocks += record.view.blocks.size();
-    restored[record.key.ToString()] = {record.key, record.block_size, record.position};
-  }
-  return blocks;
-}
-
 }  // namespace
 
 std::string_view VerifyResultName(VerifyResult result) {
@@ -74,49 +38,109 @@ std::string_view VerifyResultName(VerifyResult result) {
   return kNames[static_cast<size_t>(result)];
 }
 
-RestoredTargets LoadKvSnapshot(const KvSnapshotOptions& options, SnapshotTransport transport,
-                               SharedKvIndex& index, KvSnapshotStats& stats) {
-  RestoredTargets restored;
-  if (!options.enabled()) return restored;
+std::unique_ptr<KvSnapshotLoad> KvSnapshotLoad::Open(const KvSnapshotOptions& options,
+                                                     SnapshotTransport transport,
+                                                     std::shared_ptr<KvSnapshotStats> stats) {
+  if (!options.enabled()) return nullptr;
   PosixSnapshotFs fs;
   const size_t stale = RemoveStaleSnapshotTemps(fs, options.path, getpid());
   if (stale > 0) spdlog::info("kv-snapshot: removed {} stale temp file(s)", stale);
   const int64_t start_us = SteadyUs();
-  const int64_t start_cpu_us = ThreadCpuUs();
   SnapshotReader reader = SnapshotReader::Open(fs, options.path,
                                                {.hash_scheme = core::kHashSchemeVersion,
                                                 .transport = transport,
                                                 .fleet_id = options.fleet_id,
                                                 .now_unix_ms = WallMs(),
                                                 .max_age_s = options.max_age_s});
-  stats.loads[static_cast<size_t>(reader.result())].fetch_add(1);
+  stats->loads[static_cast<size_t>(reader.result())].fetch_add(1);
   if (reader.result() == LoadResult::kAbsent) {
     spdlog::info("kv-snapshot: no snapshot at {}; full replay", options.path);
-    return restored;
+    return nullptr;
   }
   if (reader.result() != LoadResult::kLoaded) {
     spdlog::warn("kv-snapshot: refused {}: {}; full replay", options.path, reader.detail());
-    return restored;
+    return nullptr;
   }
   const int64_t age_ms = WallMs() - reader.header().created_unix_ms;
-  stats.load_age_ms.store(age_ms);
+  stats->load_age_ms.store(age_ms);
   spdlog::info("kv-snapshot: loaded {}: {} targets, {} blocks, age {} s", options.path,
                reader.footer().target_count, reader.footer().block_count, age_ms / 1000);
-  const int64_t checked_us = SteadyUs() - start_us;  // map, checksum, parse
+  return std::unique_ptr<KvSnapshotLoad>(
+      new KvSnapshotLoad(std::move(reader), std::move(stats), start_us));
+}
+
+KvSnapshotLoad::KvSnapshotLoad(SnapshotReader reader, std::shared_ptr<KvSnapshotStats> stats,
+                               int64_t start_us)
+    : reader_(std::move(reader)), stats_(std::move(stats)), start_us_(start_us) {
+  SnapshotRecord head;
+  records_.reserve(reader_.record_count());
+  for (size_t i = 0; i < reader_.record_count(); ++i) {
+    reader_.ReadRecordHead(i, head);
+    records_.push_back({head.key, head.block_size, head.position});
+  }
+  checked_us_ = SteadyUs() - start_us_;
+}
+
+core::KvIndex KvSnapshotLoad::Build(std::vector<core::TargetId>& failed) {
+  if (before_build_) before_build_();
+  const int64_t build_us = SteadyUs();
+  const int64_t start_cpu_us = ThreadCpuUs();
   core::KvIndex staging;
-  BuildTimes times;
-  const uint64_t blocks = BuildStaging(reader, staging, restored, stats, times);
-  reader.Release();
+  int64_t t = SteadyUs();
+  staging.Reserve(reader_.footer().distinct_hash_count);
+  const int64_t reserve_us = SteadyUs() - t;
+  int64_t decode_us = 0, restore_us = 0;
+  if (reader_.header().salted_traffic) staging.NoteSaltedTraffic();
+  SnapshotRecord record;
+  uint64_t blocks = 0;
+  for (size_t i = 0; i < reader_.record_count(); ++i) {
+    t = SteadyUs();
+    reader_.ReadRecord(i, record);
+    const int64_t decoded = SteadyUs();
+    decode_us += decoded - t;
+    const core::TargetId id = staging.AddTarget(record.key, record.block_size);
+    staging.ReserveTarget(id, record.view.engine_hashes.size());
+    const core::RestoreStatus status = staging.RestoreView(id, record.view);
+    restore_us += SteadyUs() - decoded;
+    if (status != core::RestoreStatus::kOk) {
+      failed.push_back(id);
+      stats_->refused_corrupt.fetch_add(1);
+      spdlog::warn("kv-snapshot: record of {} is inconsistent: not restored",
+                   record.key.ToString());
+      continue;
+    }
+    blocks += record.view.blocks.size();
+  }
+  reader_.Release();
+  const int64_t took_us = SteadyUs() - start_us_;
+  stats_->restore_us.store(static_cast<uint64_t>(took_us));
+  stats_->restored_blocks.fetch_add(blocks);
+  spdlog::info(
+      "kv-snapshot: restored {} targets ({} blocks) in {:.3f} s after opening the file (build "
+      "{:.3f} s, cpu {:.3f} s; check {:.3f} s, reserve {:.3f} s, decode {:.3f} s, restore "
+      "{:.3f} s)",
+      records_.size() - failed.size(), blocks, took_us / 1e6, (SteadyUs() - build_us) / 1e6,
+      (ThreadCpuUs() - start_cpu_us) / 1e6, checked_us_ / 1e6, reserve_us / 1e6, decode_us / 1e6,
+      restore_us / 1e6);
+  return staging;
+}
+
+RestoredTargets LoadKvSnapshot(const KvSnapshotOptions& options, SnapshotTransport transport,
+                               SharedKvIndex& index, KvSnapshotStats& stats) {
+  RestoredTargets restored;
+  // The caller owns `stats`: a shared_ptr that owns nothing.
+  std::unique_ptr<KvSnapshotLoad> load = KvSnapshotLoad::Open(
+      options, transport, std::shared_ptr<KvSnapshotStats>(std::shared_ptr<void>(), &stats));
+  if (load == nullptr) return restored;
+  std::vector<core::TargetId> failed;
+  core::KvIndex staging = load->Build(failed);
+  for (const RestoredTarget& r : load->records()) restored[r.key.ToString()] = r;
+  for (core::TargetId id : failed) {
+    restored.erase(staging.Key(id).ToString());
+    staging.RemoveTarget(id);
+  }
   index.WithWrite([&](core::KvIndex& live) { live = std::move(staging); });
   // `staging` now holds the router's former (empty) index: freed here, off-lock.
-  const int64_t took_us = SteadyUs() - start_us;
-  stats.restore_us.store(static_cast<uint64_t>(took_us));
-  stats.restored_blocks.fetch_add(blocks);
-  spdlog::info(
-      "kv-snapshot: restored {} targets ({} blocks) in {:.3f} s (cpu {:.3f} s; check {:.3f} s, "
-      "reserve {:.3f} s, decode {:.3f} s, restore {:.3f} s)",
-      restored.size(), blocks, took_us / 1e6, (ThreadCpuUs() - start_cpu_us) / 1e6,
-      checked_us / 1e6, times.reserve_us / 1e6, times.decode_us / 1e6, times.restore_us / 1e6);
   return restored;
 }
 

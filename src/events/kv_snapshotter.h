@@ -8,9 +8,9 @@
 // (ingestion is delayed, picks never). One cycle at a time: Begin, Push..., End or
 // Abort.
 //
-// LoadKvSnapshot builds a staging KvIndex from the file, off-lock, and swaps it into
-// the router's index under one exclusive hold; it returns the restored targets'
-// positions, which the ingestor verifies (§6.2) when discovery adds them.
+// KvSnapshotLoad checks the file and builds a staging KvIndex from it, off-lock; the
+// ingestor swaps it into the router's index under one exclusive hold and verifies the
+// restored targets' positions (§6.2) when discovery adds them.
 //
 // Thread-safety: Begin/Push/End/Abort/Due from one thread (the ingestion thread);
 // stats() and WaitIdle from any.
@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -71,8 +72,43 @@ struct RestoredTarget {
 // By TargetKey::ToString().
 using RestoredTargets = std::map<std::string, RestoredTarget>;
 
-// §6.1: loads `options.path` into `index` (swapped in under one exclusive hold) when
-// the file passes every check; counts and logs the outcome. Returns the restored
+// §6.1 in two parts, so that the verify replays run while the staging index builds
+// (§8.1 step 3; the ingestor's IngestorOptions::load): Open checks the file and reads
+// its records' positions (no block is read); Build restores every record into a fresh
+// staging index, in the file's order, so that record i gets TargetId i (an index given
+// the same AddTarget calls in the same order gives the same ids).
+//
+// Thread-safety: Open on any thread; Build once, on any thread, no lock (nothing else
+// sees the staging index); records() from any thread.
+class KvSnapshotLoad {
+ public:
+  // Checks `options.path` (every refusal of §7), counts and logs the outcome; null when
+  // there is nothing to restore (off, absent, refused).
+  static std::unique_ptr<KvSnapshotLoad> Open(const KvSnapshotOptions& options,
+                                              SnapshotTransport transport,
+                                              std::shared_ptr<KvSnapshotStats> stats);
+  // The records, in the file's order.
+  const std::vector<RestoredTarget>& records() const { return records_; }
+  // Restores every record into the returned index and unmaps the file. A record whose
+  // view does not restore keeps its target, empty, and its id goes into `failed`
+  // (refused_targets_total{reason="corrupt"}). Logs where the time went.
+  core::KvIndex Build(std::vector<core::TargetId>& failed);
+  // Tests: runs at the start of Build, on its thread (holds a build back).
+  void set_before_build(std::function<void()> hook) { before_build_ = std::move(hook); }
+
+ private:
+  KvSnapshotLoad(SnapshotReader reader, std::shared_ptr<KvSnapshotStats> stats, int64_t start_us);
+
+  SnapshotReader reader_;
+  std::shared_ptr<KvSnapshotStats> stats_;
+  std::vector<RestoredTarget> records_;
+  const int64_t start_us_;  // when Open began (restore_seconds counts from it)
+  int64_t checked_us_ = 0;  // map, checksum, parse
+  std::function<void()> before_build_;
+};
+
+// §6.1 in one go (tests): Open, Build, and the staging index swapped into `index` under
+// one exclusive hold; records that did not restore are removed. Returns the restored
 // targets (empty when nothing was loaded).
 RestoredTargets LoadKvSnapshot(const KvSnapshotOptions& options, SnapshotTransport transport,
                                SharedKvIndex& index, KvSnapshotStats& stats);

@@ -8,10 +8,6 @@
 namespace infera::router {
 namespace {
 
-const events::KvEventIngestor* Ingestor(const events::KvEventSource& source) {
-  return dynamic_cast<const events::KvEventIngestor*>(&source);
-}
-
 void Line(std::string& out, std::string_view name, std::string_view type, std::string_view help,
           const std::string& value) {
   RenderHeader(out, name, type, help);
@@ -26,20 +22,18 @@ void Labeled(std::string& out, std::string_view name, std::string_view label,
 
 }  // namespace
 
-void PrepareKvSnapshots(const events::KvSnapshotOptions& options, events::SharedKvIndex& index,
+void PrepareKvSnapshots(const events::KvSnapshotOptions& options,
                         events::IngestorOptions& ingestor) {
   if (!options.enabled()) return;
   auto stats = std::make_shared<events::KvSnapshotStats>();
-  auto restored = std::make_shared<events::RestoredTargets>(
-      events::LoadKvSnapshot(options, events::SnapshotTransport::kZmq, index, *stats));
+  // The file is checked here; the ingestor builds its views beside the verifies.
+  ingestor.load = events::KvSnapshotLoad::Open(options, events::SnapshotTransport::kZmq, stats);
   ingestor.snapshot = options;
   ingestor.snapshot_stats = std::move(stats);
-  ingestor.restored = std::move(restored);
 }
 
 void RenderKvSnapshotMetrics(const events::KvEventSource& source, std::string& out) {
-  const events::KvEventIngestor* ingestor = Ingestor(source);
-  const events::KvSnapshotStats* s = ingestor != nullptr ? ingestor->snapshot_stats() : nullptr;
+  const events::KvSnapshotStats* s = source.snapshot_stats();
   if (s == nullptr) return;
   constexpr std::string_view kWrites = "infera_router_kv_snapshot_writes_total";
   RenderHeader(out, kWrites, "counter", "KV-view snapshot writes by result.");
@@ -82,16 +76,11 @@ void RenderKvSnapshotMetrics(const events::KvEventSource& source, std::string& o
   }
 }
 
-void StartFinalKvSnapshot(events::KvEventSource& source) {
-  if (auto* ingestor = dynamic_cast<events::KvEventIngestor*>(&source)) {
-    ingestor->RequestFinalSnapshot();
-  }
-}
+void StartFinalKvSnapshot(events::KvEventSource& source) { source.RequestFinalSnapshot(); }
 
 bool WaitFinalKvSnapshot(events::KvEventSource& source, int64_t timeout_ms) {
-  auto* ingestor = dynamic_cast<events::KvEventIngestor*>(&source);
-  if (ingestor == nullptr || ingestor->snapshot_stats() == nullptr) return true;
-  if (ingestor->WaitFinalSnapshot(timeout_ms)) return true;
+  if (source.snapshot_stats() == nullptr) return true;
+  if (source.WaitFinalSnapshot(timeout_ms)) return true;
   spdlog::warn("kv-snapshot: final snapshot abandoned after {} s", timeout_ms / 1000);
   return false;
 }

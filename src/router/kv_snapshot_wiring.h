@@ -1,8 +1,8 @@
-// The router's KV-view snapshots (doc/snapshot.md): the start-up load before the ZMQ
-// ingestor subscribes, the metrics of §10, and the final snapshot at SIGTERM.
+// The router's KV-view snapshots (doc/snapshot.md): the start-up load handed to the ZMQ
+// ingestor, the metrics of §10, and the final snapshot at SIGTERM.
 //
-// Thread-safety: PrepareKvSnapshots runs before any other thread uses the index; the
-// rest from any thread.
+// Thread-safety: PrepareKvSnapshots runs before the ingestor is made; the rest from any
+// thread.
 #pragma once
 
 #include <cstdint>
@@ -14,9 +14,10 @@
 
 namespace infera::router {
 
-// With a snapshot path: loads the file into `index` (LoadKvSnapshot) and sets the
-// ingestor's snapshot options, its stats and the restored targets it verifies.
-void PrepareKvSnapshots(const events::KvSnapshotOptions& options, events::SharedKvIndex& index,
+// With a snapshot path: checks the file (KvSnapshotLoad::Open) and sets the ingestor's
+// snapshot options, its stats and the accepted file, whose staging index the ingestor
+// builds while the HTTP server already answers (/ready 503 "starting").
+void PrepareKvSnapshots(const events::KvSnapshotOptions& options,
                         events::IngestorOptions& ingestor);
 
 // The snapshot families of /metrics (nothing when `source` writes no snapshots).

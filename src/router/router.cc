@@ -74,7 +74,7 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
       peer_ = MakeKvSnapshotPeer(options_.kv_snapshot, options_.replica_sync->nats_url);
     }
     if (peer_ && options_.kv_snapshot.peer_join) peer_->JoinIfNeeded();
-    PrepareKvSnapshots(options_.kv_snapshot, index_, ingest);  // before any subscription
+    PrepareKvSnapshots(options_.kv_snapshot, ingest);  // the index still holds no target
     events_ = std::make_unique<events::KvEventIngestor>(index_, std::move(ingest));
   }
   metrics_ = std::make_unique<RouterMetrics>(options_.policy.policy);
