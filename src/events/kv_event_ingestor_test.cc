@@ -12,12 +12,15 @@
 #include "engine_events/event_encoder.h"
 #include "engine_events/fake_engine_cache.h"
 #include "engine_events/publisher.h"
+#include "testing/ingestor_test_support.h"
 #include "testing/test_clock.h"
 #include "testing/wait_for.h"
 
 namespace infera::events {
 namespace {
 
+using testing::MakePublisher;
+using testing::TargetFor;
 using testing::WaitFor;
 
 std::vector<core::BlockHash> View(const KvEventIngestor& ing, core::TargetId id) {
@@ -37,24 +40,6 @@ constexpr int kRepublishPolls = 50;
 std::optional<uint64_t> LastSeq(const KvEventIngestor& ing) {
   auto statuses = ing.TargetStatuses();
   return statuses.empty() ? std::nullopt : statuses[0].last_seq;
-}
-
-std::unique_ptr<EventPublisher> MakePublisher(size_t buffer = 10'000) {
-  auto pub = EventPublisher::Create({.pub_endpoint = "tcp://127.0.0.1:0",
-                                     .replay_endpoint = "tcp://127.0.0.1:0",
-                                     .topic = "kv-events",
-                                     .shape = WireShape::kVllm,
-                                     .buffer_batches = buffer});
-  EXPECT_TRUE(pub.ok()) << pub.status();
-  return std::move(*pub);
-}
-
-IngestTarget TargetFor(const EventPublisher& pub) {
-  return {.key = {"engine:1", 0},
-          .events_endpoint = pub.pub_endpoint(),
-          .replay_endpoint = pub.replay_endpoint(),
-          .block_size = 16,
-          .topic = "kv-events"};
 }
 
 TEST(KvEventIngestor, ConvergesAndCatchesUpThroughReplay) {

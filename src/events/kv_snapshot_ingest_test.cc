@@ -16,30 +16,15 @@
 #include "engine_events/fake_engine_cache.h"
 #include "engine_events/publisher.h"
 #include "events/kv_event_ingestor.h"
+#include "testing/ingestor_test_support.h"
 #include "testing/wait_for.h"
 
 namespace infera::events {
 namespace {
 
+using testing::MakePublisher;
+using testing::TargetFor;
 using testing::WaitFor;
-
-std::unique_ptr<EventPublisher> SnapPublisher(size_t buffer = 10'000) {
-  auto pub = EventPublisher::Create({.pub_endpoint = "tcp://127.0.0.1:0",
-                                     .replay_endpoint = "tcp://127.0.0.1:0",
-                                     .topic = "kv-events",
-                                     .shape = WireShape::kVllm,
-                                     .buffer_batches = buffer});
-  EXPECT_TRUE(pub.ok()) << pub.status();
-  return std::move(*pub);
-}
-
-IngestTarget SnapTarget(const EventPublisher& pub, bool replay = true) {
-  return {.key = {"engine:1", 0},
-          .events_endpoint = pub.pub_endpoint(),
-          .replay_endpoint = replay ? pub.replay_endpoint() : "",
-          .block_size = 16,
-          .topic = "kv-events"};
-}
 
 std::vector<core::BlockHash> SharedView(const SharedKvIndex& index, const core::TargetKey& key) {
   return index.WithIndex([&](const core::KvIndex& i) {
@@ -64,7 +49,7 @@ class SnapshotIngest : public ::testing::Test {
   void WriteSnapshot(EventPublisher& pub, const std::vector<core::BlockHash>& truth) {
     SharedKvIndex index;
     KvEventIngestor ing(index, IngestorOptions{.replay_on_add = true, .snapshot = options_});
-    ing.AddTarget(SnapTarget(pub));
+    ing.AddTarget(TargetFor(pub));
     ASSERT_TRUE(WaitFor([&] {
       return !ing.Replaying() && SharedView(index, {"engine:1", 0}) == truth;
     }));
@@ -105,12 +90,12 @@ class SnapshotIngest : public ::testing::Test {
 };
 
 TEST_F(SnapshotIngest, VerifyOkReplaysOnlyWhatCameAfterTheRecord) {
-  auto pub = SnapPublisher();
+  auto pub = MakePublisher();
   FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
   for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());
   WriteSnapshot(*pub, engine.TruthRouterHashes());
   for (int i = 0; i < 5; ++i) pub->Publish(engine.NextBatch());  // while the router is down
-  auto r = Restart(SnapTarget(*pub));
+  auto r = Restart(TargetFor(*pub));
   EXPECT_EQ(r->stats->loads[static_cast<size_t>(LoadResult::kLoaded)].load(), 1u);
   ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
   EXPECT_EQ(Verified(*r, VerifyResult::kOk), 1u);
@@ -147,13 +132,13 @@ class Gate {
 // §8.1 step 3: the verify replay runs while the staging index builds; what it brings is
 // held and applied after the swap, and until then the router is "starting" (Replaying).
 TEST_F(SnapshotIngest, VerifyDuringTheBuildIsAppliedAfterTheSwap) {
-  auto pub = SnapPublisher();
+  auto pub = MakePublisher();
   FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
   for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());
   WriteSnapshot(*pub, engine.TruthRouterHashes());
   for (int i = 0; i < 5; ++i) pub->Publish(engine.NextBatch());  // while the router is down
   Gate gate;
-  auto r = Restart(SnapTarget(*pub), gate.Hook());
+  auto r = Restart(TargetFor(*pub), gate.Hook());
   // The verify's whole reply (seq 19 .. 24, then the end marker) arrives during the build.
   ASSERT_TRUE(WaitFor([&] {
     return Verified(*r, VerifyResult::kOk) == 1 && r->ing->counters().replayed_batches.load() == 6;
@@ -172,16 +157,16 @@ TEST_F(SnapshotIngest, VerifyDuringTheBuildIsAppliedAfterTheSwap) {
 // A target discovery adds during the build (not in the file) keeps the id it was given:
 // the staging index gives it the same one at the swap. Its replay from 0 is held too.
 TEST_F(SnapshotIngest, TargetAddedDuringTheBuildKeepsItsId) {
-  auto pub = SnapPublisher();
+  auto pub = MakePublisher();
   FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
   for (int i = 0; i < 10; ++i) pub->Publish(engine.NextBatch());
   WriteSnapshot(*pub, engine.TruthRouterHashes());
   Gate gate;
-  auto r = Restart(SnapTarget(*pub), gate.Hook());
-  auto pub2 = SnapPublisher();
+  auto r = Restart(TargetFor(*pub), gate.Hook());
+  auto pub2 = MakePublisher();
   FakeEngineCache engine2({.seed = 4, .capacity_blocks = 512});
   for (int i = 0; i < 4; ++i) pub2->Publish(engine2.NextBatch());
-  IngestTarget second = SnapTarget(*pub2);
+  IngestTarget second = TargetFor(*pub2);
   second.key = {"engine:2", 0};
   const core::TargetId id = r->ing->AddTarget(second);
   EXPECT_EQ(r->ing->FindTarget({"engine:1", 0}), core::TargetId{0});  // the record's id
@@ -200,53 +185,53 @@ TEST_F(SnapshotIngest, TargetAddedDuringTheBuildKeepsItsId) {
 }
 
 TEST_F(SnapshotIngest, RestartedEnginePastTheRecordFailsTheEpochCheck) {
-  auto pub = SnapPublisher();
+  auto pub = MakePublisher();
   FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
   for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());
   WriteSnapshot(*pub, engine.TruthRouterHashes());
   pub.reset();
-  auto pub2 = SnapPublisher();  // the engine restarted: seq from 0, other blocks
+  auto pub2 = MakePublisher();  // the engine restarted: seq from 0, other blocks
   FakeEngineCache engine2({.seed = 4, .capacity_blocks = 512});
   for (int i = 0; i < 25; ++i) pub2->Publish(engine2.NextBatch());
-  auto r = Restart(SnapTarget(*pub2));
+  auto r = Restart(TargetFor(*pub2));
   ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
   EXPECT_EQ(Verified(*r, VerifyResult::kEpoch), 1u);
   EXPECT_EQ(SharedView(r->index, {"engine:1", 0}), engine2.TruthRouterHashes());
 }
 
 TEST_F(SnapshotIngest, RestartedEngineShortOfTheRecordIsEmpty) {
-  auto pub = SnapPublisher();
+  auto pub = MakePublisher();
   FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
   for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());
   WriteSnapshot(*pub, engine.TruthRouterHashes());
   pub.reset();
-  auto pub2 = SnapPublisher();
+  auto pub2 = MakePublisher();
   FakeEngineCache engine2({.seed = 4, .capacity_blocks = 512});
   for (int i = 0; i < 5; ++i) pub2->Publish(engine2.NextBatch());
-  auto r = Restart(SnapTarget(*pub2));
+  auto r = Restart(TargetFor(*pub2));
   ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
   EXPECT_EQ(Verified(*r, VerifyResult::kEmpty), 1u);
   EXPECT_EQ(SharedView(r->index, {"engine:1", 0}), engine2.TruthRouterHashes());
 }
 
 TEST_F(SnapshotIngest, BufferTrimmedPastTheRecordIsAGap) {
-  auto pub = SnapPublisher(/*buffer=*/8);
+  auto pub = MakePublisher(/*buffer=*/8);
   FakeEngineCache engine({.seed = 3, .capacity_blocks = 4096});
   for (int i = 0; i < 6; ++i) pub->Publish(engine.NextBatch());
   WriteSnapshot(*pub, engine.TruthRouterHashes());
   for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());  // seq 5 left the buffer
-  auto r = Restart(SnapTarget(*pub));
+  auto r = Restart(TargetFor(*pub));
   ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
   EXPECT_EQ(Verified(*r, VerifyResult::kGap), 1u);
   EXPECT_FALSE(r->ing->TargetStatuses()[0].complete);  // the buffer does not start at 0
 }
 
 TEST_F(SnapshotIngest, WithoutAReplaySocketTheFirstLiveSeqDecides) {
-  auto pub = SnapPublisher();
+  auto pub = MakePublisher();
   FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
   for (int i = 0; i < 20; ++i) pub->Publish(engine.NextBatch());
   WriteSnapshot(*pub, engine.TruthRouterHashes());
-  auto r = Restart(SnapTarget(*pub, /*replay=*/false));
+  auto r = Restart(TargetFor(*pub, /*replay=*/false));
   // No verify replay: "starting" only until the staging index is swapped in.
   ASSERT_TRUE(WaitFor([&] { return !r->ing->Replaying(); }));
   uint64_t last = 0;
@@ -266,7 +251,7 @@ TEST_F(SnapshotIngest, WithoutAReplaySocketTheFirstLiveSeqDecides) {
 }
 
 TEST_F(SnapshotIngest, RecordsDiscoveryNeverAddsAreDropped) {
-  auto pub = SnapPublisher();
+  auto pub = MakePublisher();
   FakeEngineCache engine({.seed = 3, .capacity_blocks = 512});
   for (int i = 0; i < 5; ++i) pub->Publish(engine.NextBatch());
   WriteSnapshot(*pub, engine.TruthRouterHashes());
