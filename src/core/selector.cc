@@ -291,6 +291,7 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
   size_t best_active = 0, best_inflight = 0;
   result.costs.resize(n);
   const size_t start = TieStart(input.role, n);
+  const bool inflight_on = config_.inflight_credit != 0 && config_.inflight_credit_holders != 0;
   for (size_t k = 0; k < n; ++k) {
     const size_t i = (start + k) % n;
     const TargetId t = candidates[i];
@@ -298,7 +299,7 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
     // Image requests do not trust text overlap, nor does anyone a target that renders
     // differently: nothing is credited.
     const bool trusted = use_tokens && input.OverlapTrusted(t);
-    const size_t inflight = trusted ? InflightRun(input, t, m.total()) : 0;
+    const size_t inflight = trusted && inflight_on ? InflightRun(input, t, m.total()) : 0;
     const double credited =
         trusted ? predictions_.Trust(t) * (m.device_hits + config_.host_hit_weight * m.host_hits +
                                            config_.disk_hit_weight * m.disk_hits +
