@@ -204,10 +204,13 @@ absl::StatusOr<PickResult> Selector::Pick(const RoutingInput& input,
   return result;
 }
 
-double Selector::Settle(std::span<const TargetId> candidates, bool from_views, bool decay) {
+double Selector::Settle(std::span<const TargetId> candidates, bool from_views, bool decay,
+                        bool terms) {
   if (decay && config_.load_term == LoadTerm::kSpec) load_.DecayRecent();
+  if (terms) terms_.resize(candidates.size());
   double prefilling = 0;
-  for (TargetId t : candidates) {
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const TargetId t = candidates[i];
     load_.ObserveCachedBlocks(t, index_.BlockCount(t));
     if (config_.settle_from_views && from_views) {
       load_.Settle(t, [&](BlockHash h) {
@@ -218,6 +221,8 @@ double Selector::Settle(std::span<const TargetId> candidates, bool from_views, b
       });
     }
     prefilling += static_cast<double>(load_.PrefillingRequests(t));
+    // Settling t changes no other target's load: its terms are final here.
+    if (terms) terms_[i] = load_.TermsOf(t, request_blocks_[i]);
   }
   return prefilling;
 }
@@ -279,7 +284,7 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
 
   MatchCandidates(input, candidates, use_tokens);
 
-  const double q = Settle(candidates);
+  const double q = Settle(candidates, /*from_views=*/true, /*decay=*/true, /*terms=*/true);
   // Load queue scaling: the load term divided by 1 + the candidates' mean requests not
   // past their prefill, i.e. a miss weighed by 1 / (1 − utilisation) (doc/selection.md).
   double discount = 1.0;
@@ -307,7 +312,7 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
                 : 0.0;
     // The sequence-slot wait is not prefill work queued ahead: not discounted, so a cold
     // engine wins once every warm one is at its max_num_seqs.
-    const LoadState::Terms terms = load_.TermsOf(t, request_blocks_[i]);
+    const LoadState::Terms& terms = terms_[i];
     const double slot_wait = terms.seq_wait;
     const double load = (terms.load - slot_wait) / discount + slot_wait;
     double cost = result.w_overlap * (request_blocks_[i] - credited) + load;
