@@ -132,7 +132,8 @@ void BM_Pick(benchmark::State& state) {
   }
   std::sort(cpu_ns.begin(), cpu_ns.end());
   state.counters["p50_cpu_us"] = cpu_ns[cpu_ns.size() / 2] / 1e3;
-  state.counters["p99_cpu_us"] = cpu_ns[std::min(cpu_ns.size() - 1, cpu_ns.size() * 99 / 100)] / 1e3;
+  state.counters["p99_cpu_us"] =
+      cpu_ns[std::min(cpu_ns.size() - 1, cpu_ns.size() * 99 / 100)] / 1e3;
 }
 
 BENCHMARK(BM_Pick)

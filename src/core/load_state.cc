@@ -272,8 +272,7 @@ size_t LoadState::RequestBlocks(TargetId target) const {
 double LoadState::DecodeLoadOf(const Slot& slot) const {
   const size_t capacity = CapacityOf(slot);
   if (capacity == 0 || options_.decode_load_blocks == 0) return 0;
-  const double occupancy =
-      static_cast<double>(slot.request_blocks) / static_cast<double>(capacity);
+  const double occupancy = static_cast<double>(slot.request_blocks) / static_cast<double>(capacity);
   return options_.decode_load_blocks * std::min(1.0, occupancy);
 }
 

@@ -281,7 +281,7 @@ class Selector {
   std::vector<std::pair<size_t, std::vector<BlockHash>>> chains_;
   size_t chains_used_ = 0;
   // Per-pick scratch of the kv-aware policy, by candidate position.
-  std::vector<uint32_t> block_sizes_;     // by candidate position (Pick)
+  std::vector<uint32_t> block_sizes_;    // by candidate position (Pick)
   std::vector<LoadState::Terms> terms_;  // kv-aware: by candidate position (Settle)
   std::vector<MatchCounts> matches_;
   std::vector<uint32_t> request_blocks_;
