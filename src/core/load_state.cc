@@ -226,10 +226,13 @@ size_t LoadState::MaxSeqs(TargetId target) const {
   return slot ? slot->max_seqs : 0;
 }
 
+size_t LoadState::CapacityOf(const Slot& slot) {
+  return slot.capacity_blocks > 0 ? slot.capacity_blocks : slot.learned_capacity_blocks;
+}
+
 size_t LoadState::CapacityBlocks(TargetId target) const {
   const Slot* slot = FindSlot(target);
-  if (slot == nullptr) return 0;
-  return slot->capacity_blocks > 0 ? slot->capacity_blocks : slot->learned_capacity_blocks;
+  return slot == nullptr ? 0 : CapacityOf(*slot);
 }
 
 size_t LoadState::ActiveBlocks(TargetId target) const {
@@ -247,13 +250,18 @@ double LoadState::PendingPrefillBlocks(TargetId target) const {
   return slot ? std::max(0.0, slot->prefill_blocks) : 0.0;
 }
 
-double LoadState::KvPressure(TargetId target, size_t incoming_blocks) const {
-  const size_t capacity = CapacityBlocks(target);
+double LoadState::KvPressureOf(const Slot& slot, size_t incoming_blocks) const {
+  const size_t capacity = CapacityOf(slot);
   if (capacity == 0) return 0;
-  const double used =
-      static_cast<double>(ActiveBlocks(target) + RemoteActiveBlocks(target) + incoming_blocks);
+  const double used = static_cast<double>(slot.active.size() + slot.anonymous_blocks +
+                                          slot.remote_active_blocks + incoming_blocks);
   const double excess = used - options_.kv_pressure_threshold * static_cast<double>(capacity);
   return excess > 0 ? options_.kv_pressure_slope * excess : 0;
+}
+
+double LoadState::KvPressure(TargetId target, size_t incoming_blocks) const {
+  const Slot* slot = FindSlot(target);
+  return slot == nullptr ? 0 : KvPressureOf(*slot, incoming_blocks);
 }
 
 size_t LoadState::RequestBlocks(TargetId target) const {
@@ -261,19 +269,28 @@ size_t LoadState::RequestBlocks(TargetId target) const {
   return slot ? slot->request_blocks : 0;
 }
 
-double LoadState::DecodeLoad(TargetId target) const {
-  const size_t capacity = CapacityBlocks(target);
+double LoadState::DecodeLoadOf(const Slot& slot) const {
+  const size_t capacity = CapacityOf(slot);
   if (capacity == 0 || options_.decode_load_blocks == 0) return 0;
-  const double occupancy =
-      static_cast<double>(RequestBlocks(target)) / static_cast<double>(capacity);
+  const double occupancy = static_cast<double>(slot.request_blocks) / static_cast<double>(capacity);
   return options_.decode_load_blocks * std::min(1.0, occupancy);
 }
 
-double LoadState::SeqWait(TargetId target) const {
-  const size_t max_seqs = MaxSeqs(target);
-  const size_t requests = Requests(target);
+double LoadState::DecodeLoad(TargetId target) const {
+  const Slot* slot = FindSlot(target);
+  return slot == nullptr ? 0 : DecodeLoadOf(*slot);
+}
+
+double LoadState::SeqWaitOf(const Slot& slot) const {
+  const size_t max_seqs = slot.max_seqs;
+  const size_t requests = slot.pending_guards;
   if (max_seqs == 0 || options_.seq_wait_blocks == 0 || requests < max_seqs) return 0;
   return options_.seq_wait_blocks * static_cast<double>(requests + 1 - max_seqs);
+}
+
+double LoadState::SeqWait(TargetId target) const {
+  const Slot* slot = FindSlot(target);
+  return slot == nullptr ? 0 : SeqWaitOf(*slot);
 }
 
 size_t LoadState::ActiveHolders(TargetId target, BlockHash hash) const {
@@ -292,12 +309,22 @@ size_t LoadState::ActiveRun(TargetId target, std::span<const BlockHash> chain, s
 }
 
 double LoadState::Load(TargetId target, size_t incoming_blocks) const {
+  return TermsOf(target, incoming_blocks).load;
+}
+
+LoadState::Terms LoadState::TermsOf(TargetId target, size_t incoming_blocks) const {
+  Terms terms;
+  const Slot* slot = FindSlot(target);
+  if (slot == nullptr) return terms;
+  terms.active = slot->active.size() + slot->anonymous_blocks + slot->remote_active_blocks;
+  terms.seq_wait = SeqWaitOf(*slot);
   if (options_.term == LoadTerm::kSpec) {
-    return static_cast<double>(ActiveBlocks(target) + RemoteActiveBlocks(target)) +
-           RecentBlocks(target);
+    terms.load = static_cast<double>(terms.active) + slot->recent_scaled * recent_scale_;
+  } else {
+    terms.load = std::max(0.0, slot->prefill_blocks) + slot->remote_prefill_blocks +
+                 KvPressureOf(*slot, incoming_blocks) + DecodeLoadOf(*slot) + terms.seq_wait;
   }
-  return PendingPrefillBlocks(target) + RemotePendingPrefillBlocks(target) +
-         KvPressure(target, incoming_blocks) + DecodeLoad(target) + SeqWait(target);
+  return terms;
 }
 
 void LoadState::SetRemote(TargetId target, size_t active_blocks, double pending_prefill_blocks) {

@@ -197,6 +197,15 @@ class LoadState {
   size_t ActiveRun(TargetId target, std::span<const BlockHash> chain, size_t from) const;
   // The load term of the cost for a request of `incoming_blocks` (see above).
   double Load(TargetId target, size_t incoming_blocks = 0) const;
+  // One look at the target for the kv-aware cost: Load(target, incoming_blocks),
+  // SeqWait(target) and ActiveBlocks(target) + RemoteActiveBlocks(target), the same
+  // values as those calls (the selector's per-candidate loop reads the slot once).
+  struct Terms {
+    double load = 0;
+    double seq_wait = 0;
+    size_t active = 0;
+  };
+  Terms TermsOf(TargetId target, size_t incoming_blocks) const;
   // The other router replicas' load on the target (sums over replicas, >= 0); the
   // sync edge sets it after each applied message batch. 0, 0 when never set.
   void SetRemote(TargetId target, size_t active_blocks, double pending_prefill_blocks);
@@ -256,6 +265,11 @@ class LoadState {
   };
   Slot& SlotFor(TargetId target);
   const Slot* FindSlot(TargetId target) const;
+  // The terms above, of one slot.
+  static size_t CapacityOf(const Slot& slot);
+  double KvPressureOf(const Slot& slot, size_t incoming_blocks) const;
+  double DecodeLoadOf(const Slot& slot) const;
+  double SeqWaitOf(const Slot& slot) const;
   Slot* LiveSlot(const ActiveGuard& guard);
   void ReleaseGuard(ActiveGuard& guard);
   void DropPrefill(Slot& slot, uint64_t id);

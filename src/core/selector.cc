@@ -160,9 +160,12 @@ const std::vector<BlockHash>& Selector::ChainFor(const RoutingInput& input, size
 absl::StatusOr<PickResult> Selector::Pick(const RoutingInput& input,
                                           std::span<const TargetId> candidates) {
   if (candidates.empty()) return absl::InvalidArgumentError("no candidate targets");
-  for (TargetId t : candidates) {
-    if (index_.BlockSize(t) == 0) {
-      return absl::FailedPreconditionError(absl::StrCat("candidate ", t, " is not a live target"));
+  block_sizes_.resize(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    block_sizes_[i] = static_cast<uint32_t>(index_.BlockSize(candidates[i]));
+    if (block_sizes_[i] == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("candidate ", candidates[i], " is not a live target"));
     }
   }
   chains_used_ = 0;
@@ -201,18 +204,27 @@ absl::StatusOr<PickResult> Selector::Pick(const RoutingInput& input,
   return result;
 }
 
-void Selector::Settle(std::span<const TargetId> candidates, bool from_views, bool decay) {
+double Selector::Settle(std::span<const TargetId> candidates, bool from_views, bool decay,
+                        bool terms) {
   if (decay && config_.load_term == LoadTerm::kSpec) load_.DecayRecent();
-  for (TargetId t : candidates) {
+  if (terms) terms_.resize(candidates.size());
+  double prefilling = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const TargetId t = candidates[i];
     load_.ObserveCachedBlocks(t, index_.BlockCount(t));
-    if (!config_.settle_from_views || !from_views) continue;
-    load_.Settle(t, [&](BlockHash h) {
-      for (Tier tier : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
-        if (index_.Holds(t, h, tier)) return true;
-      }
-      return false;
-    });
+    if (config_.settle_from_views && from_views) {
+      load_.Settle(t, [&](BlockHash h) {
+        for (Tier tier : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
+          if (index_.Holds(t, h, tier)) return true;
+        }
+        return false;
+      });
+    }
+    prefilling += static_cast<double>(load_.PrefillingRequests(t));
+    // Settling t changes no other target's load: its terms are final here.
+    if (terms) terms_[i] = load_.TermsOf(t, request_blocks_[i]);
   }
+  return prefilling;
 }
 
 size_t Selector::BlocksOf(const RoutingInput& input, size_t block_size) {
@@ -228,11 +240,11 @@ void Selector::MatchCandidates(const RoutingInput& input, std::span<const Target
   grouped_.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
     if (grouped_[i]) continue;
-    const size_t block_size = index_.BlockSize(candidates[i]);
+    const size_t block_size = block_sizes_[i];
     group_.clear();
     group_ids_.clear();
     for (size_t j = i; j < n; ++j) {
-      if (!grouped_[j] && index_.BlockSize(candidates[j]) == block_size) {
+      if (!grouped_[j] && block_sizes_[j] == block_size) {
         grouped_[j] = 1;
         group_.push_back(j);
         group_ids_.push_back(candidates[j]);
@@ -272,13 +284,11 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
 
   MatchCandidates(input, candidates, use_tokens);
 
-  Settle(candidates);
+  const double q = Settle(candidates, /*from_views=*/true, /*decay=*/true, /*terms=*/true);
   // Load queue scaling: the load term divided by 1 + the candidates' mean requests not
   // past their prefill, i.e. a miss weighed by 1 / (1 − utilisation) (doc/selection.md).
   double discount = 1.0;
   if (config_.load_queue_scaling && config_.load_term == LoadTerm::kWork) {
-    double q = 0;
-    for (TargetId t : candidates) q += static_cast<double>(load_.PrefillingRequests(t));
     discount = 1.0 + q / static_cast<double>(n);
   }
   size_t best = 0;
@@ -286,6 +296,7 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
   size_t best_active = 0, best_inflight = 0;
   result.costs.resize(n);
   const size_t start = TieStart(input.role, n);
+  const bool inflight_on = config_.inflight_credit != 0 && config_.inflight_credit_holders != 0;
   for (size_t k = 0; k < n; ++k) {
     const size_t i = (start + k) % n;
     const TargetId t = candidates[i];
@@ -293,7 +304,7 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
     // Image requests do not trust text overlap, nor does anyone a target that renders
     // differently: nothing is credited.
     const bool trusted = use_tokens && input.OverlapTrusted(t);
-    const size_t inflight = trusted ? InflightRun(input, t, m.total()) : 0;
+    const size_t inflight = trusted && inflight_on ? InflightRun(input, t, m.total()) : 0;
     const double credited =
         trusted ? predictions_.Trust(t) * (m.device_hits + config_.host_hit_weight * m.host_hits +
                                            config_.disk_hit_weight * m.disk_hits +
@@ -301,8 +312,9 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
                 : 0.0;
     // The sequence-slot wait is not prefill work queued ahead: not discounted, so a cold
     // engine wins once every warm one is at its max_num_seqs.
-    const double slot_wait = load_.SeqWait(t);
-    const double load = (load_.Load(t, request_blocks_[i]) - slot_wait) / discount + slot_wait;
+    const LoadState::Terms& terms = terms_[i];
+    const double slot_wait = terms.seq_wait;
+    const double load = (terms.load - slot_wait) / discount + slot_wait;
     double cost = result.w_overlap * (request_blocks_[i] - credited) + load;
     if (use_images) {
       const size_t held = images_.CountHeld(t, input.image_keys);
@@ -311,7 +323,7 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
     result.costs[i] = cost;
     // Ties: the lower load, then the fewer in-flight blocks (the engine whose decode
     // steps are lighter), then the scan order.
-    const size_t active = load_.ActiveBlocks(t) + load_.RemoteActiveBlocks(t);
+    const size_t active = terms.active;
     const bool tie = !Less(cost, best_cost) && !Less(best_cost, cost);
     if (k == 0 || Less(cost, best_cost) ||
         (tie && (Less(load, best_load) || (!Less(best_load, load) && active < best_active)))) {
@@ -440,7 +452,7 @@ size_t Selector::PickLeastLoad(const RoutingInput& input, std::span<const Target
   size_t best = start;
   for (size_t k = 0; k < n; ++k) {
     const size_t i = (start + k) % n;
-    costs_scratch_[i] = load_.Load(candidates[i], BlocksOf(input, index_.BlockSize(candidates[i])));
+    costs_scratch_[i] = load_.Load(candidates[i], BlocksOf(input, block_sizes_[i]));
     if (k > 0 && Less(costs_scratch_[i], costs_scratch_[best])) best = i;
   }
   return best;

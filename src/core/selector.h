@@ -249,8 +249,12 @@ class Selector {
                        bool use_tokens);
   // Decays (spec term) and settles the candidates' load against their views
   // (`from_views` false: the learned capacity only; `decay` false: no decay step, for
-  // a look that is not a pick).
-  void Settle(std::span<const TargetId> candidates, bool from_views = true, bool decay = true);
+  // a look that is not a pick). Returns the candidates' requests not past their
+  // prefill, summed after settling (the load queue scaling's numerator). `terms`:
+  // also each candidate's LoadState::TermsOf for its request_blocks_ into terms_ (one
+  // look at its load slot per pick).
+  double Settle(std::span<const TargetId> candidates, bool from_views = true, bool decay = true,
+                bool terms = false);
   static size_t BlocksOf(const RoutingInput& input, size_t block_size);
   // Where this pick's scan starts: ties go to the first in scan order. One turn per
   // role: a PD request's prefill and decode picks alternate, so one shared turn would
@@ -277,6 +281,8 @@ class Selector {
   std::vector<std::pair<size_t, std::vector<BlockHash>>> chains_;
   size_t chains_used_ = 0;
   // Per-pick scratch of the kv-aware policy, by candidate position.
+  std::vector<uint32_t> block_sizes_;    // by candidate position (Pick)
+  std::vector<LoadState::Terms> terms_;  // kv-aware: by candidate position (Settle)
   std::vector<MatchCounts> matches_;
   std::vector<uint32_t> request_blocks_;
   std::vector<uint8_t> grouped_;
