@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -109,6 +110,10 @@ struct PeerFetchOptions {
   int64_t chunk_timeout_ms = 2000;
   int chunk_retries = 2;
   int max_offers = 3;
+  // false: no fsync of the file and its directory before the rename; the caller syncs
+  // them later (off the join's critical path: a file torn by a crash before that is
+  // refused by the next start's checks, like any torn file).
+  bool sync = true;
 };
 
 struct PeerFetchOutcome {
@@ -120,6 +125,9 @@ struct PeerFetchOutcome {
   // Where the time went (the log line; doc/perf-scale.md): connecting and the first
   // offer, the chunks of the offer taken, its fsync, and the check of the received bytes.
   int64_t offers_ms = 0, transfer_ms = 0, sync_ms = 0, check_ms = 0;
+  // kOk: the fetched file as checked (mapped, every load check passed), now at the
+  // path; the start-up load takes it instead of checking the same bytes again.
+  std::optional<SnapshotReader> checked;
 };
 
 // Connects to options.nats_url, fetches the newest compatible peer snapshot into

@@ -114,6 +114,7 @@ class Fetch {
   void PutBack(const SnapshotOffer& offer) { Insert(offer); }
 
   size_t received() const { return received_; }
+  bool sync() const { return options_.sync; }
 
   // The chunks of `offer` into `fd` at their offsets.
   std::optional<Failure> Chunks(const SnapshotOffer& offer, int fd);
@@ -231,7 +232,8 @@ std::optional<Failure> Fetch::Chunks(const SnapshotOffer& offer, int fd) {
   return std::nullopt;
 }
 
-// One offer: chunks into the temp file, fsync, every load check, rename to the path.
+// One offer: chunks into the temp file, fsync, every load check, rename to the path
+// (the checked reader into times.checked).
 std::optional<Failure> FetchOffer(Fetch& fetch, const SnapshotOffer& offer,
                                   const PeerSnapshotIdentity& id, PeerFetchOutcome& times) {
   PosixSnapshotFs fs;
@@ -248,12 +250,13 @@ std::optional<Failure> FetchOffer(Fetch& fetch, const SnapshotOffer& offer,
     (void)fs.Unlink(temp);
     return failure;
   }
-  if (!failure && fsync(fd) != 0) {
+  if (!failure && fetch.sync() && fsync(fd) != 0) {
     failure = Failure{PeerFetchResult::kIo, std::string("fsync: ") + strerror(errno)};
   }
   close(fd);
   times.sync_ms = SteadyMs() - t;
   t = SteadyMs();
+  std::optional<SnapshotReader> checked;
   if (!failure) {
     SnapshotReader reader = SnapshotReader::Open(fs, temp,
                                                  {.hash_scheme = core::kHashSchemeVersion,
@@ -268,6 +271,8 @@ std::optional<Failure> FetchOffer(Fetch& fetch, const SnapshotOffer& offer,
       failure = Failure{PeerFetchResult::kIncompatible, reader.detail()};
     } else if (reader.footer().checksum != offer.checksum) {
       failure = Failure{PeerFetchResult::kChecksum, "not the offered file's checksum"};
+    } else {
+      checked = std::move(reader);
     }
   }
   times.check_ms = SteadyMs() - t;
@@ -275,7 +280,8 @@ std::optional<Failure> FetchOffer(Fetch& fetch, const SnapshotOffer& offer,
     if (absl::Status s = fs.Rename(temp, id.path); !s.ok()) {
       failure = Failure{PeerFetchResult::kIo, std::string(s.message())};
     } else {
-      (void)fs.SyncDir(SnapshotDir(id.path));
+      if (fetch.sync()) (void)fs.SyncDir(SnapshotDir(id.path));
+      times.checked = std::move(checked);  // the mapping outlives the rename
       return std::nullopt;
     }
   }

@@ -40,18 +40,22 @@ std::string_view VerifyResultName(VerifyResult result) {
 
 std::unique_ptr<KvSnapshotLoad> KvSnapshotLoad::Open(const KvSnapshotOptions& options,
                                                      SnapshotTransport transport,
-                                                     std::shared_ptr<KvSnapshotStats> stats) {
+                                                     std::shared_ptr<KvSnapshotStats> stats,
+                                                     std::optional<SnapshotReader> checked) {
   if (!options.enabled()) return nullptr;
   PosixSnapshotFs fs;
   const size_t stale = RemoveStaleSnapshotTemps(fs, options.path, getpid());
   if (stale > 0) spdlog::info("kv-snapshot: removed {} stale temp file(s)", stale);
   const int64_t start_us = SteadyUs();
-  SnapshotReader reader = SnapshotReader::Open(fs, options.path,
-                                               {.hash_scheme = core::kHashSchemeVersion,
-                                                .transport = transport,
-                                                .fleet_id = options.fleet_id,
-                                                .now_unix_ms = WallMs(),
-                                                .max_age_s = options.max_age_s});
+  const bool prechecked = checked.has_value();
+  SnapshotReader reader = prechecked
+                              ? std::move(*checked)
+                              : SnapshotReader::Open(fs, options.path,
+                                                     {.hash_scheme = core::kHashSchemeVersion,
+                                                      .transport = transport,
+                                                      .fleet_id = options.fleet_id,
+                                                      .now_unix_ms = WallMs(),
+                                                      .max_age_s = options.max_age_s});
   stats->loads[static_cast<size_t>(reader.result())].fetch_add(1);
   if (reader.result() == LoadResult::kAbsent) {
     spdlog::info("kv-snapshot: no snapshot at {}; full replay", options.path);
@@ -63,8 +67,9 @@ std::unique_ptr<KvSnapshotLoad> KvSnapshotLoad::Open(const KvSnapshotOptions& op
   }
   const int64_t age_ms = WallMs() - reader.header().created_unix_ms;
   stats->load_age_ms.store(age_ms);
-  spdlog::info("kv-snapshot: loaded {}: {} targets, {} blocks, age {} s", options.path,
-               reader.footer().target_count, reader.footer().block_count, age_ms / 1000);
+  spdlog::info("kv-snapshot: loaded {}: {} targets, {} blocks, age {} s{}", options.path,
+               reader.footer().target_count, reader.footer().block_count, age_ms / 1000,
+               prechecked ? " (checked by the peer fetch)" : "");
   return std::unique_ptr<KvSnapshotLoad>(
       new KvSnapshotLoad(std::move(reader), std::move(stats), start_us));
 }

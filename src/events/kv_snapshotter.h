@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,9 +85,12 @@ class KvSnapshotLoad {
  public:
   // Checks `options.path` (every refusal of §7), counts and logs the outcome; null when
   // there is nothing to restore (off, absent, refused).
+  // `checked`: the file at the path as a peer fetch checked it a moment ago (the same
+  // checks; doc/snapshot.md §9.1), taken instead of mapping and checking it again.
   static std::unique_ptr<KvSnapshotLoad> Open(const KvSnapshotOptions& options,
                                               SnapshotTransport transport,
-                                              std::shared_ptr<KvSnapshotStats> stats);
+                                              std::shared_ptr<KvSnapshotStats> stats,
+                                              std::optional<SnapshotReader> checked = {});
   // The records, in the file's order.
   const std::vector<RestoredTarget>& records() const { return records_; }
   // Restores every record into the returned index and unmaps the file. A record whose

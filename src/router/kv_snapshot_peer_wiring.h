@@ -4,7 +4,8 @@
 // written snapshot file to joining replicas on the replica-sync connection; with
 // --kv-snapshot-peer-join as well, a replica whose local file is absent or would be
 // refused fetches the newest compatible peer's file into its path before the start-up
-// load (which then checks and loads it as any local file, and verifies the views).
+// load (which takes the file as the fetch checked it, and verifies the views). The
+// fetched file is fsynced after its rename, beside the start-up load.
 //
 // Thread-safety: JoinIfNeeded, StartServing and Stop from the router's start and
 // shutdown; RenderMetrics from any thread.
@@ -15,7 +16,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "events/kv_snapshot_peer.h"
@@ -31,8 +34,9 @@ class KvSnapshotPeer {
 
   // Before the start-up load: when the local file is absent or would be refused,
   // fetches a peer's into the path; a failure logs `kv-snapshot: peer join failed:
-  // <reason>; full replay` and leaves the path as it was.
-  void JoinIfNeeded();
+  // <reason>; full replay` and leaves the path as it was. Returns the fetched file as
+  // the fetch checked it (for PrepareKvSnapshots), none without a fetched file.
+  std::optional<events::SnapshotReader> JoinIfNeeded();
   // Answers offers and serves chunks on `nc` (the replica-sync connection, which must
   // outlive Stop).
   absl::Status StartServing(natsConnection* nc);
@@ -45,6 +49,7 @@ class KvSnapshotPeer {
   const std::string nats_url_;
   std::atomic<uint64_t> fetches_[events::kPeerFetchResultCount] = {};
   std::unique_ptr<events::SnapshotPeerServer> server_;
+  std::thread sync_;  // fsyncs a fetched file after its rename (joined by Stop)
 };
 
 // With --kv-snapshot-path (ZMQ events) and --router-replica-sync, whose server is

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "events/kv_event_ingestor.h"
@@ -17,8 +18,9 @@ namespace infera::router {
 // With a snapshot path: checks the file (KvSnapshotLoad::Open) and sets the ingestor's
 // snapshot options, its stats and the accepted file, whose staging index the ingestor
 // builds while the HTTP server already answers (/ready 503 "starting").
-void PrepareKvSnapshots(const events::KvSnapshotOptions& options,
-                        events::IngestorOptions& ingestor);
+// `checked`: the file a peer join just fetched and checked (KvSnapshotPeer::JoinIfNeeded).
+void PrepareKvSnapshots(const events::KvSnapshotOptions& options, events::IngestorOptions& ingestor,
+                        std::optional<events::SnapshotReader> checked = {});
 
 // The snapshot families of /metrics (nothing when `source` writes no snapshots).
 void RenderKvSnapshotMetrics(const events::KvEventSource& source, std::string& out);

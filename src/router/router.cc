@@ -73,8 +73,10 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     if (options_.kv_events && options_.replica_sync) {  // doc/snapshot.md §9.1
       peer_ = MakeKvSnapshotPeer(options_.kv_snapshot, options_.replica_sync->nats_url);
     }
-    if (peer_ && options_.kv_snapshot.peer_join) peer_->JoinIfNeeded();
-    PrepareKvSnapshots(options_.kv_snapshot, ingest);  // the index still holds no target
+    std::optional<events::SnapshotReader> fetched;
+    if (peer_ && options_.kv_snapshot.peer_join) fetched = peer_->JoinIfNeeded();
+    // The index still holds no target.
+    PrepareKvSnapshots(options_.kv_snapshot, ingest, std::move(fetched));
     events_ = std::make_unique<events::KvEventIngestor>(index_, std::move(ingest));
   }
   metrics_ = std::make_unique<RouterMetrics>(options_.policy.policy);

@@ -8,7 +8,8 @@ its own file in a temp dir. Bounded polls only.
 
   --case join    router A takes traffic and writes a periodic snapshot; router B starts
                  with --kv-snapshot-peer-join and no file: it fetches A's file (A counts
-                 the chunks it served), loads it (loads_total{loaded}), verifies every
+                 the chunks it served), loads it as the fetch checked it
+                 (loads_total{loaded}), fsyncs it after the rename, verifies every
                  view ok, is ready, its first repeated prompt hits, and its views equal
                  the engines' dumps
   --case nopeer  B alone (no replica serves): `peer join failed: no_offer`,
@@ -77,6 +78,8 @@ def case_join(procs, tmp):
     check(served >= 1, f"A served {served:.0f} chunk(s)")
     check(st.labeled(b_base, "infera_router_kv_snapshot_loads_total", "result", "loaded") == 1,
           "B loaded the fetched file")
+    b.wait_line(r"kv-snapshot: loaded .*\(checked by the peer fetch\)")  # not checked twice
+    b.wait_line(r"kv-snapshot: fetched file synced in \d+ ms")  # after the rename
     check(st.labeled(b_base, "infera_router_kv_snapshot_verify_total", "result", "ok") ==
           len(engines), "every restored view verified ok")
     restored = counter(b_base, "infera_router_kv_snapshot_restored_blocks_total")
