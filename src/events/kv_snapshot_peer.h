@@ -16,8 +16,9 @@
 // later than waiting the window out would have started it). It keeps `in_flight` chunk
 // requests outstanding,
 // retries a chunk `chunk_retries` times after chunk_timeout_ms, writes every chunk at
-// its offset into `path.tmp.<pid>`, fsyncs it, checks it as a file loaded at start
-// (every check of §7, the checksum over the bytes received), and renames it to `path`.
+// its offset into `path.tmp.<pid>`, fsyncs it (unless options.sync is false), checks
+// it as a file loaded at start (every check of §7, the checksum over the bytes
+// received), and renames it to `path`; the outcome keeps the checked reader.
 // A failed offer (gone, timeout, bad bytes) moves on to the next, at most max_offers.
 //
 // Thread-safety: the server's callbacks run on libnats threads; its public methods
