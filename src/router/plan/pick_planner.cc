@@ -34,31 +34,7 @@ PickPlanner::PickPlanner(const core::PolicyConfig& policy, const events::SharedK
   });
 }
 
-bool PickPlanner::ResolveAdapter(const Fleet& fleet, RequestContext& ctx) {
-  bool adapter = false;
-  for (const auto& wk : fleet) {
-    const auto& names = wk->record.lora_adapters;
-    if (std::find(names.begin(), names.end(), ctx.api.model) != names.end()) {
-      adapter = true;
-      break;
-    }
-  }
-  ctx.hash_keys.adapter = adapter ? core::KeyDigest(ctx.api.model) : 0;
-  return adapter;
-}
-
-bool PickPlanner::Admits(const FleetWorker& wk, const RequestContext& ctx, PlanHistory& history,
-                         int64_t now_ns, bool mixed_only, bool adapter) {
-  history.any_worker = true;
-  if (adapter) {
-    const auto& names = wk.record.lora_adapters;
-    if (std::find(names.begin(), names.end(), ctx.api.model) == names.end()) return false;
-  } else if (!wk.record.model_name.empty() && wk.record.model_name != ctx.api.model) {
-    return false;
-  }
-  // Prefill and decode workers are PlanPd's.
-  if (mixed_only && wk.record.disagg_mode != discovery::DisaggMode::kMixed) return false;
-  history.model_known = true;
+bool PickPlanner::Admits(const FleetWorker& wk, const PlanHistory& history, int64_t now_ns) {
   if (wk.retired.load(std::memory_order_relaxed)) return false;
   if (!wk.liveness.healthy()) return false;  // failed its active health checks
   if (std::find(history.tried.begin(), history.tried.end(), wk.record.worker_id) !=
@@ -70,22 +46,37 @@ bool PickPlanner::Admits(const FleetWorker& wk, const RequestContext& ctx, PlanH
 
 void PickPlanner::GatherCandidates(RequestContext& ctx, const Fleet& fleet, PlanHistory& history,
                                    int64_t now_ns, bool mixed_only) {
-  const bool adapter = ResolveAdapter(fleet, ctx);
+  const CandidateCache::Entry& e = cache_.Get(fleet, ctx.api.model, mixed_only);
+  ctx.hash_keys.adapter = e.adapter_key;
+  if (!fleet.empty()) history.any_worker = true;
+  if (e.model_known) history.model_known = true;
   candidates_.clear();
   pd_candidates_.clear();
   owners_.clear();
   untrusted_.clear();
-  for (const auto& wk : fleet) {
-    if (!Admits(*wk, ctx, history, now_ns, mixed_only, adapter)) continue;
-    const auto mode = static_cast<core::Role>(static_cast<uint8_t>(wk->record.disagg_mode));
-    const bool untrusted = wk->renders_differently.load(std::memory_order_relaxed);
-    for (core::TargetId t : wk->targets) {
-      candidates_.push_back(t);
-      if (!mixed_only) pd_candidates_.push_back({t, mode, wk->record.disagg_protocol});
-      owners_.push_back(wk.get());
-      if (untrusted) untrusted_.push_back(t);
+  // The admitted workers' targets, copied from the cache in runs of consecutive ones.
+  size_t run = 0;
+  const auto copy_run = [&](size_t end) {
+    mu_.AssertHeld();  // called here, under mu_
+    candidates_.insert(candidates_.end(), e.candidates.begin() + run, e.candidates.begin() + end);
+    owners_.insert(owners_.end(), e.owners.begin() + run, e.owners.begin() + end);
+    if (!mixed_only) {
+      pd_candidates_.insert(pd_candidates_.end(), e.pd_candidates.begin() + run,
+                            e.pd_candidates.begin() + end);
+    }
+  };
+  for (size_t i = 0; i < e.workers.size(); ++i) {
+    const FleetWorker& wk = *e.workers[i];
+    if (!Admits(wk, history, now_ns)) {
+      copy_run(e.first[i]);
+      run = e.first[i + 1];
+      continue;
+    }
+    if (wk.renders_differently.load(std::memory_order_relaxed)) {
+      untrusted_.insert(untrusted_.end(), wk.targets.begin(), wk.targets.end());
     }
   }
+  copy_run(e.first.back());
 }
 
 core::RoutingInput PickPlanner::InputOf(const RequestContext& ctx, int64_t now_ns) {

@@ -45,6 +45,7 @@
 #include "events/shared_kv_index.h"
 #include "router/admin/fleet_history.h"
 #include "router/plan/approx_recorder.h"
+#include "router/plan/candidate_cache.h"
 #include "router/plan/decode_demand_routing.h"
 #include "router/plan/fleet.h"
 #include "router/plan/pick_plan.h"
@@ -170,16 +171,12 @@ class PickPlanner {
   std::vector<TargetLoad> LoadOf(const FleetWorker& worker) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // The candidate filter of a plan: model, (mixed plans) disagg_mode, retired, tried,
-  // breaker. Notes in `history` what the fleet has.
-  // `adapter`: the request's model is a LoRA adapter of the fleet (ServesAdapter).
-  static bool Admits(const FleetWorker& wk, const RequestContext& ctx, PlanHistory& history,
-                     int64_t now_ns, bool mixed_only, bool adapter);
-  // Whether some worker of `fleet` lists `model` among its LoRA adapters; sets
-  // ctx.hash_keys.adapter accordingly.
-  static bool ResolveAdapter(const Fleet& fleet, RequestContext& ctx);
+  // The dynamic half of the candidate filter (the static half: CandidateCache):
+  // retired, health checks, tried, breaker.
+  static bool Admits(const FleetWorker& wk, const PlanHistory& history, int64_t now_ns);
   // The admitted targets of `fleet` into candidates_ (and, for a PD plan,
-  // pd_candidates_), their owners_ and untrusted_; sets ctx.hash_keys.adapter.
+  // pd_candidates_), their owners_ and untrusted_; sets ctx.hash_keys.adapter. Notes
+  // in `history` what the fleet has.
   void GatherCandidates(RequestContext& ctx, const Fleet& fleet, PlanHistory& history,
                         int64_t now_ns, bool mixed_only) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The selector's input for `ctx` over the gathered candidates; expires approximate
@@ -212,6 +209,8 @@ class PickPlanner {
   core::PdPlanner pd_planner_ ABSL_GUARDED_BY(mu_);
   const core::DemandMode demand_mode_;
   DecodeDemandRouting demand_ ABSL_GUARDED_BY(mu_);
+  // The static candidates per fleet snapshot and model.
+  CandidateCache cache_ ABSL_GUARDED_BY(mu_);
   // Per-pick scratch, reused.
   std::vector<core::TargetId> candidates_ ABSL_GUARDED_BY(mu_);
   std::vector<const FleetWorker*> owners_ ABSL_GUARDED_BY(mu_);
