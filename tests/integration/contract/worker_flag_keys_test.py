@@ -48,7 +48,7 @@ def help_keys():
         rc, out = procs.run("help", [ROUTER, "--help"], timeout=60)
     check(rc == 0, "infera-router --help exits 0")
     # The --worker option's description runs until the next option line.
-    m = re.search(r"^\s*--worker\b(.*?)(?=^\s*-{1,2}\w)", out, re.M | re.S)
+    m = re.search(r"^\s*--worker(?![\w-])(.*?)(?=^\s*-{1,2}\w)", out, re.M | re.S)
     if not m:
         fail("--help has no --worker entry")
     text = " ".join(m.group(1).split())
