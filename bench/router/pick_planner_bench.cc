@@ -28,19 +28,15 @@
 #include "router/metrics/router_metrics.h"
 #include "router/plan/pick_planner.h"
 #include "spdlog/spdlog.h"
+#include "testing/pick_workload.h"
 
 namespace infera::router {
 namespace {
 
-using core::BlockHash;
 using core::TargetId;
 using core::TokenId;
 
-constexpr size_t kBlockSize = 16;
 constexpr size_t kBlocksPerTarget = 2441;
-constexpr size_t kPrefixBlocks = 128;
-constexpr size_t kConversationBlocks = 512;  // prefix included
-constexpr size_t kConversations = 64;
 constexpr size_t kInFlight = 256;
 constexpr uint32_t kRanks = 8;
 
@@ -51,12 +47,6 @@ struct Bed {
   std::vector<TargetId> ids;  // targets serving the model
   std::vector<std::vector<TokenId>> conversations;
 };
-
-std::vector<TokenId> RandomTokens(core::Random& rng, size_t n) {
-  std::vector<TokenId> out(n);
-  for (auto& t : out) t = static_cast<TokenId>(rng.Uniform(50000));
-  return out;
-}
 
 void AddWorker(Bed& b, size_t i, uint32_t ranks, const std::string& model,
                discovery::DisaggMode mode) {
@@ -71,45 +61,12 @@ void AddWorker(Bed& b, size_t i, uint32_t ranks, const std::string& model,
   for (auto& role : w->picks) role.assign(ranks, &counter);
   for (uint32_t k = 0; k < ranks; ++k) {
     const TargetId t = b.index.WithWrite([&](core::KvIndex& index) {
-      return index.AddTarget({r.worker_id, k}, kBlockSize);
+      return index.AddTarget({r.worker_id, k}, testing::kPickBlockSize);
     });
     w->targets.push_back(t);
     if (model == "m" && mode == discovery::DisaggMode::kMixed) b.ids.push_back(t);
   }
   b.fleet.push_back(std::move(w));
-}
-
-void FillIndex(Bed& b, core::KvIndex& index) {
-  core::Random rng(b.ids.size() * 7919 + kBlocksPerTarget);
-  const size_t n = b.ids.size();
-  const std::vector<TokenId> prefix = RandomTokens(rng, kPrefixBlocks * kBlockSize);
-  const std::vector<BlockHash> prefix_chain = core::HashChain(prefix, kBlockSize);
-  std::vector<size_t> held(n, kPrefixBlocks);
-  for (TargetId t : b.ids) index.InsertRouterChain(t, 0, prefix_chain, core::Tier::kDevice);
-  for (size_t c = 0; c < kConversations; ++c) {
-    std::vector<TokenId> tokens = prefix;
-    const auto more = RandomTokens(rng, (kConversationBlocks - kPrefixBlocks) * kBlockSize);
-    tokens.insert(tokens.end(), more.begin(), more.end());
-    const std::vector<BlockHash> chain = core::HashChain(tokens, kBlockSize);
-    const uint64_t r = rng.Uniform(10);
-    const size_t holders = std::min<size_t>(n, r < 7 ? 1 : r < 9 ? 2 : 3);
-    for (size_t k = 0; k < holders; ++k) {
-      const size_t i = rng.Uniform(n);
-      index.InsertRouterChain(b.ids[i], prefix_chain.back(),
-                              std::span(chain).subspan(kPrefixBlocks), core::Tier::kDevice);
-      held[i] += kConversationBlocks - kPrefixBlocks;
-    }
-    b.conversations.push_back(std::move(tokens));
-  }
-  std::vector<BlockHash> run(64);
-  for (size_t i = 0; i < n; ++i) {
-    while (held[i] < kBlocksPerTarget) {
-      const size_t m = std::min(run.size(), kBlocksPerTarget - held[i]);
-      for (size_t k = 0; k < m; ++k) run[k] = rng.Next();
-      index.InsertRouterChain(b.ids[i], 0, std::span(run).first(m), core::Tier::kDevice);
-      held[i] += m;
-    }
-  }
 }
 
 Bed& GetBed(size_t workers) {
@@ -124,14 +81,10 @@ Bed& GetBed(size_t workers) {
   for (size_t k = 0; k < 8; ++k) AddWorker(*bed, i++, 1, "m", discovery::DisaggMode::kMixed);
   for (size_t k = 0; k < 8; ++k) AddWorker(*bed, i++, 1, "other", discovery::DisaggMode::kMixed);
   for (size_t k = 0; k < 8; ++k) AddWorker(*bed, i++, 1, "m", discovery::DisaggMode::kDecode);
-  bed->index.WithWrite([&](core::KvIndex& index) { FillIndex(*bed, index); });
+  bed->conversations = bed->index.WithWrite([&](core::KvIndex& index) {
+    return testing::FillPickIndex(index, bed->ids, kBlocksPerTarget);
+  });
   return *bed;
-}
-
-int64_t ThreadCpuNs() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
 void BM_PlanMixed(benchmark::State& state) {
@@ -141,14 +94,7 @@ void BM_PlanMixed(benchmark::State& state) {
   core::ManualClock clock(1);
   RouterMetrics metrics(core::Policy::kKvAware);
   PickPlanner planner(core::PolicyConfig{}, b.index, clock, metrics);
-  core::Random rng(42);
-  std::vector<std::vector<TokenId>> requests;
-  for (size_t q = 0; q < 2 * kConversations; ++q) {
-    std::vector<TokenId> tokens = b.conversations[q % kConversations];
-    const auto more = RandomTokens(rng, 4 * kBlockSize);
-    tokens.insert(tokens.end(), more.begin(), more.end());
-    requests.push_back(std::move(tokens));
-  }
+  const std::vector<std::vector<TokenId>> requests = testing::PickRequests(b.conversations);
   std::vector<char> thrash(cold ? size_t{64} << 20 : 0);
   std::deque<PickPlan> inflight;
   std::vector<double> cpu_ns;
@@ -160,9 +106,9 @@ void BM_PlanMixed(benchmark::State& state) {
     ctx.tokens = requests[q++ % requests.size()];
     PlanHistory history;
     if (cold) std::fill(thrash.begin(), thrash.end(), static_cast<char>(q));
-    const int64_t t0 = ThreadCpuNs();
+    const int64_t t0 = testing::ThreadCpuNs();
     absl::StatusOr<PickPlan> plan = planner.PlanMixed(ctx, b.fleet, history);
-    cpu_ns.push_back(static_cast<double>(ThreadCpuNs() - t0));
+    cpu_ns.push_back(static_cast<double>(testing::ThreadCpuNs() - t0));
     if (!plan.ok()) {
       state.SkipWithError(std::string(plan.status().message()).c_str());
       return;
@@ -172,10 +118,7 @@ void BM_PlanMixed(benchmark::State& state) {
     inflight.push_back(*std::move(plan));
     if (inflight.size() > kInFlight) inflight.pop_front();
   }
-  std::sort(cpu_ns.begin(), cpu_ns.end());
-  state.counters["p50_cpu_us"] = cpu_ns[cpu_ns.size() / 2] / 1e3;
-  state.counters["p99_cpu_us"] =
-      cpu_ns[std::min(cpu_ns.size() - 1, cpu_ns.size() * 99 / 100)] / 1e3;
+  testing::SetPickCpuCounters(state, std::move(cpu_ns));
 }
 
 BENCHMARK(BM_PlanMixed)
