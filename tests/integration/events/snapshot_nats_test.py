@@ -18,8 +18,12 @@ polls only.
                 relays publish the engines' buffers again): the file is refused
                 (refused_stream), the stream is consumed from its start, and the views
                 equal the engines' dumps.
+  --case truncated  the stream (8 messages at most) discards what came after the
+                snapshot while the router is down: refused_stream ("needs stream seq
+                N, first is M"), the stream consumed from its start.
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -37,16 +41,17 @@ import snapshot_test as st  # noqa: E402
 ARGS = None
 
 
-def setup(procs, tmp):
+def setup(procs, tmp, *relay_flags, monitor_port=None):
     nt.ARGS = ARGS
     st.ARGS = ARGS
     nats_port = free_port()
     nats_url = f"nats://127.0.0.1:{nats_port}"
-    nats = nt.start_nats(procs, nats_port, os.path.join(tmp, "js"))
+    monitor = ["-m", str(monitor_port)] if monitor_port else []
+    nats = nt.start_nats(procs, nats_port, os.path.join(tmp, "js"), "nats", *monitor)
     engines = [nt.start_engine(procs, f"engine{i}", (free_port(), free_port(), free_port()))[1]
                for i in range(2)]
     for i, f in enumerate(engines):
-        nt.start_relay(procs, f, nats_url, name=f"relay{i}")
+        nt.start_relay(procs, f, nats_url, f"relay{i}", *relay_flags)
     workers = [worker_flag(f) for f in engines]
     path = os.path.join(tmp, "kv.snap")
     flags = ["--kv-event-transport", "nats", "--nats-server", nats_url, "--kv-snapshot-path", path]
@@ -143,18 +148,50 @@ def case_stale(procs, tmp):
     first_repeat_hits(router, base, 0, "nats-stale")
 
 
+def case_truncated(procs, tmp):
+    # The relays create the stream holding its last 8 messages only.
+    monitor = free_port()
+    _, engines, workers, path, flags = setup(procs, tmp, "--nats-stream-max-msgs", "8",
+                                             monitor_port=monitor)
+    router, base = start_router(procs, ARGS.router, workers, *flags, "--kv-snapshot-interval-s",
+                                "1", name="router1", ready=False)
+    nt.traffic(base, 0, 4)
+    st.wait_views(base, engines, "views warm")
+    st.snapshot_after_now(base)
+    handled = messages(base)  # router1 consumed from seq 1: its last stream seq, >= the file's
+    router.p.kill()
+    router.p.wait(timeout=10)
+    # While the router is down the stream discards what came after the snapshot.
+    for g in range(10, 22):
+        f = engines[g % 2]
+        check(nt.complete(f"http://127.0.0.1:{f['port']}", g) == 200, f"request {g} to an engine")
+
+    def first_seq():
+        _, body, _ = http("GET", f"http://127.0.0.1:{monitor}/jsz?streams=true")
+        streams = json.loads(body)["account_details"][0]["stream_detail"]
+        return streams[0]["state"]["first_seq"]
+    poll(lambda: first_seq() > handled + 1, "the stream discarded the messages after the file")
+    router, base = start_router(procs, ARGS.router, workers, *flags, name="router2", ready=False)
+    nt.wait_ready(router, base, time.time())
+    router.wait_line(r"kv-snapshot: refused .*: needs stream seq \d+, first is \d+; full replay")
+    check(loaded(base, "refused_stream") == 1 and loaded(base, "loaded") == 0,
+          "a stream that discarded what the file needs refuses it (refused_stream)")
+    check(start_seq(router) == 1, "the stream is consumed from its start")
+    first_repeat_hits(router, base, 21, "nats-truncated")  # a prompt the stream still holds
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()
     ap.add_argument("--router", required=True)
     ap.add_argument("--engine", required=True)
     ap.add_argument("--register", required=True)
-    ap.add_argument("--case", choices=["warm", "stale"], required=True)
+    ap.add_argument("--case", choices=["warm", "stale", "truncated"], required=True)
     ARGS = ap.parse_args()
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="infera-nats-snap-") as tmp, \
             Processes(log_dir=os.environ.get("INFERA_TEST_LOG_DIR")) as procs:
-        {"warm": case_warm, "stale": case_stale}[ARGS.case](procs, tmp)
+        {"warm": case_warm, "stale": case_stale, "truncated": case_truncated}[ARGS.case](procs, tmp)
     print(f"all passed in {time.time() - t0:.1f} s", flush=True)
 
 
