@@ -211,7 +211,8 @@ void NatsEventSource::Hold(const std::string& subject, uint64_t seq, uint64_t st
     counters_.dropped.fetch_add(1, std::memory_order_relaxed);
     return;  // the target's first batch held later is then not its stream start
   }
-  held.push_back({seq, stream_seq, std::string(reinterpret_cast<const char*>(payload.data()), payload.size())});
+  held.push_back({seq, stream_seq,
+                  std::string(reinterpret_cast<const char*>(payload.data()), payload.size())});
   pending_bytes_ += payload.size();
 }
 

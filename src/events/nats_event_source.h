@@ -111,7 +111,7 @@ class NatsEventSource final : public KvEventSource {
   struct Target : StreamState {
     IngestTarget spec;
     core::TargetId id = 0;
-    bool alive = true;  // guarded by the index lock
+    bool alive = true;           // guarded by the index lock
     uint64_t stream_seq = 0;     // of the last message applied (the record's stream_seq)
     bool clear_on_swap = false;  // restored with another block size: cleared at the swap
     StreamTargetRef ref() const { return {spec, id, alive}; }

@@ -124,9 +124,10 @@ void NatsEventSource::CheckStream(const NatsStreamPosition& stream) {
       NatsStreamRefusal(load_stream_created_ns_, load_begin_stream_seq_, stream);
   if (!refusal) {
     last_stream_seq_ = load_begin_stream_seq_;
-    spdlog::info("kv-snapshot: the stream continues the snapshot: consuming from stream seq {} "
-                 "(first {}, last {})",
-                 load_begin_stream_seq_ + 1, stream.first_seq, stream.last_seq);
+    spdlog::info(
+        "kv-snapshot: the stream continues the snapshot: consuming from stream seq {} "
+        "(first {}, last {})",
+        load_begin_stream_seq_ + 1, stream.first_seq, stream.last_seq);
     return;
   }
   spdlog::warn("kv-snapshot: refused {}: {}; full replay", options_.snapshot.path, *refusal);
@@ -158,7 +159,8 @@ void NatsEventSource::DropUnclaimed() {
     base::MutexLock lock(mu_);
     WriterLock index_lock(index_mu_);
     for (const auto& [name, record] : restored_) {
-      if (std::optional<core::TargetId> id = index_.FindTarget(record.key)) index_.RemoveTarget(*id);
+      if (std::optional<core::TargetId> id = index_.FindTarget(record.key))
+        index_.RemoveTarget(*id);
     }
     dropped = restored_.size();
     restored_.clear();

@@ -10,15 +10,18 @@ namespace {
 constexpr uint64_t kCreated = 1'764'000'000'123'456'789ull;
 
 TEST(NatsStreamRefusalTest, SameStreamHoldingTheNextMessageContinues) {
-  EXPECT_EQ(NatsStreamRefusal(kCreated, 41, {.first_seq = 1, .last_seq = 90, .created_ns = kCreated}),
-            std::nullopt);
+  EXPECT_EQ(
+      NatsStreamRefusal(kCreated, 41, {.first_seq = 1, .last_seq = 90, .created_ns = kCreated}),
+      std::nullopt);
   // The stream's first message is exactly the one after the snapshot.
-  EXPECT_EQ(NatsStreamRefusal(kCreated, 41, {.first_seq = 42, .last_seq = 90, .created_ns = kCreated}),
-            std::nullopt);
+  EXPECT_EQ(
+      NatsStreamRefusal(kCreated, 41, {.first_seq = 42, .last_seq = 90, .created_ns = kCreated}),
+      std::nullopt);
   // Nothing came after the snapshot; nothing was discarded either (an emptied stream's
   // first sequence is its last + 1).
-  EXPECT_EQ(NatsStreamRefusal(kCreated, 90, {.first_seq = 91, .last_seq = 90, .created_ns = kCreated}),
-            std::nullopt);
+  EXPECT_EQ(
+      NatsStreamRefusal(kCreated, 90, {.first_seq = 91, .last_seq = 90, .created_ns = kCreated}),
+      std::nullopt);
 }
 
 TEST(NatsStreamRefusalTest, RecreatedStreamIsRefused) {
