@@ -4,7 +4,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <utility>
 
 #include "core/hashing.h"
@@ -130,6 +132,15 @@ core::KvIndex KvSnapshotLoad::Build(std::vector<core::TargetId>& failed) {
   return staging;
 }
 
+void AddTargetsAddedSince(const core::KvIndex& live, size_t staged, core::KvIndex& staging) {
+  std::vector<core::TargetId> ids = live.Targets();
+  std::sort(ids.begin(), ids.end());
+  for (core::TargetId id : ids) {
+    if (id < staged) continue;
+    if (staging.AddTarget(live.Key(id), live.BlockSize(id)) != id) std::abort();
+  }
+}
+
 RestoredTargets LoadKvSnapshot(const KvSnapshotOptions& options, SnapshotTransport transport,
                                SharedKvIndex& index, KvSnapshotStats& stats) {
   RestoredTargets restored;
@@ -180,7 +191,7 @@ bool KvSnapshotter::Due(int64_t now_ns) {
 }
 
 void KvSnapshotter::Begin(const SnapshotHeader& header, uint64_t distinct_hash_count,
-                          int64_t now_ns) {
+                          int64_t now_ns, uint64_t begin_stream_seq) {
   in_cycle_ = true;
   cycle_start_ns_ = now_ns;
   SnapshotHeader h = header;
@@ -188,6 +199,7 @@ void KvSnapshotter::Begin(const SnapshotHeader& header, uint64_t distinct_hash_c
   Item item{.kind = Item::kBegin};
   item.header = std::move(h);
   item.distinct_hash_count = distinct_hash_count;
+  item.begin_stream_seq = begin_stream_seq;
   Enqueue(std::move(item));
 }
 
@@ -255,6 +267,7 @@ void KvSnapshotter::Handle(Item& item, std::unique_ptr<SnapshotWriter>& writer) 
       writer = std::make_unique<SnapshotWriter>(*fs_, options_.path, pid_);
       begin_us = SteadyUs();
       distinct = item.distinct_hash_count;
+      writer_begin_stream_seq_ = item.begin_stream_seq;
       status = writer->Begin(item.header);
       return;
     case Item::kStep:
@@ -268,7 +281,7 @@ void KvSnapshotter::Handle(Item& item, std::unique_ptr<SnapshotWriter>& writer) 
       return;
     case Item::kEnd:
       if (writer == nullptr) return;
-      if (status.ok()) status = writer->Finish(distinct);
+      if (status.ok()) status = writer->Finish(distinct, writer_begin_stream_seq_);
       if (status.ok()) {
         stats_->writes_ok.fetch_add(1);
         stats_->last_write_unix_ms.store(WallMs());

@@ -33,6 +33,14 @@ void PrepareKvSnapshots(const events::KvSnapshotOptions& options, events::Ingest
   ingestor.snapshot_stats = std::move(stats);
 }
 
+void PrepareKvSnapshots(const events::KvSnapshotOptions& options, events::NatsSourceOptions& nats) {
+  if (!options.enabled()) return;
+  auto stats = std::make_shared<events::KvSnapshotStats>();
+  nats.load = events::KvSnapshotLoad::Open(options, events::SnapshotTransport::kNats, stats);
+  nats.snapshot = options;
+  nats.snapshot_stats = std::move(stats);
+}
+
 void RenderKvSnapshotMetrics(const events::KvEventSource& source, std::string& out) {
   const events::KvSnapshotStats* s = source.snapshot_stats();
   if (s == nullptr) return;

@@ -1,5 +1,5 @@
 // The router's KV-view snapshots (doc/snapshot.md): the start-up load handed to the ZMQ
-// ingestor, the metrics of §10, and the final snapshot at SIGTERM.
+// ingestor or the NATS source, the metrics of §10, and the final snapshot at SIGTERM.
 //
 // Thread-safety: PrepareKvSnapshots runs before the ingestor is made; the rest from any
 // thread.
@@ -11,6 +11,7 @@
 
 #include "events/kv_event_ingestor.h"
 #include "events/kv_event_source.h"
+#include "events/nats_event_source.h"
 #include "events/shared_kv_index.h"
 
 namespace infera::router {
@@ -21,6 +22,9 @@ namespace infera::router {
 // `checked`: the file a peer join just fetched and checked (KvSnapshotPeer::JoinIfNeeded).
 void PrepareKvSnapshots(const events::KvSnapshotOptions& options, events::IngestorOptions& ingestor,
                         std::optional<events::SnapshotReader> checked = {});
+// The same for the NATS source (§6.4): it restores the file before its first
+// subscription and consumes the stream from the snapshot's begin_stream_seq + 1.
+void PrepareKvSnapshots(const events::KvSnapshotOptions& options, events::NatsSourceOptions& nats);
 
 // The snapshot families of /metrics (nothing when `source` writes no snapshots).
 void RenderKvSnapshotMetrics(const events::KvEventSource& source, std::string& out);

@@ -67,6 +67,7 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     events::NatsSourceOptions nats;
     nats.nats.url = options_.nats_server;
     nats.clock = clock_;
+    PrepareKvSnapshots(options_.kv_snapshot, nats);  // doc/snapshot.md §6.4
     events_ = std::make_unique<events::NatsEventSource>(index_, std::move(nats));
   } else {
     events::IngestorOptions ingest{.replay_on_add = true, .clock = clock_};
