@@ -115,7 +115,8 @@ void SnapshotStreamBuild::Run() {
       return end("record " + std::to_string(r.offsets.size()) + ": " + what);
     }
     if (parse == RecordParse::kShort) {
-      if (!WaitFor(prefix, false)) return end("stopped at record " + std::to_string(r.offsets.size()));
+      if (!WaitFor(prefix, false))
+        return end("stopped at record " + std::to_string(r.offsets.size()));
       std::lock_guard<std::mutex> lock(mu_);
       prefix = prefix_;
       continue;

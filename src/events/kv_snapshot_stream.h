@@ -44,14 +44,14 @@ class SnapshotStreamBuild {
   // What the build restored.
   struct Result {
     core::KvIndex staging;
-    std::vector<size_t> offsets;          // of the records restored, in order
-    std::vector<core::TargetId> failed;   // records whose RestoreView refused the view
-    uint64_t blocks = 0;                  // restored (the failed records' not counted)
-    bool complete = false;                // every record up to the footer
-    std::string error;                    // why not complete
-    int64_t wall_us = 0, cpu_us = 0;      // the thread's, start to end
-    int64_t waited_us = 0;                // of wall_us, waiting for bytes
-    int64_t after_last_byte_us = 0;       // from the last Received to the end
+    std::vector<size_t> offsets;         // of the records restored, in order
+    std::vector<core::TargetId> failed;  // records whose RestoreView refused the view
+    uint64_t blocks = 0;                 // restored (the failed records' not counted)
+    bool complete = false;               // every record up to the footer
+    std::string error;                   // why not complete
+    int64_t wall_us = 0, cpu_us = 0;     // the thread's, start to end
+    int64_t waited_us = 0;               // of wall_us, waiting for bytes
+    int64_t after_last_byte_us = 0;      // from the last Received to the end
   };
 
   // Maps `size` bytes of `fd` (the temp file, already that long: ftruncate) and starts
@@ -77,11 +77,11 @@ class SnapshotStreamBuild {
   Result result_;
   std::mutex mu_;
   std::condition_variable cv_;
-  size_t prefix_ = 0;          // guarded by mu_
-  bool footer_ = false;        // guarded by mu_
-  bool stop_ = false;          // guarded by mu_
-  bool all_in_ = false;        // guarded by mu_: Finish was called
-  int64_t last_byte_us_ = 0;   // guarded by mu_
+  size_t prefix_ = 0;         // guarded by mu_
+  bool footer_ = false;       // guarded by mu_
+  bool stop_ = false;         // guarded by mu_
+  bool all_in_ = false;       // guarded by mu_: Finish was called
+  int64_t last_byte_us_ = 0;  // guarded by mu_
   std::thread thread_;
 };
 

@@ -49,7 +49,8 @@ std::vector<uint8_t> ReadAll(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return bytes;
   uint8_t buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) bytes.insert(bytes.end(), buf, buf + n);
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;)
+    bytes.insert(bytes.end(), buf, buf + n);
   std::fclose(f);
   return bytes;
 }

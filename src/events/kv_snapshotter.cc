@@ -93,12 +93,13 @@ KvSnapshotLoad::KvSnapshotLoad(SnapshotReader reader, std::shared_ptr<KvSnapshot
 std::optional<core::KvIndex> KvSnapshotLoad::TakeStream(std::vector<core::TargetId>& failed) {
   SnapshotStreamBuild::Result r = stream_->Finish();
   stream_.reset();  // its thread joined, its mapping unmapped
-  const char* refused = !r.complete                              ? "incomplete"
+  const char* refused = !r.complete                             ? "incomplete"
                         : r.offsets != reader_.record_offsets() ? "not the checked file's records"
-                                                                 : nullptr;
+                                                                : nullptr;
   if (refused != nullptr) {
-    spdlog::warn("kv-snapshot: the build streamed during the fetch is {} ({}); building from the file",
-                 refused, r.error);
+    spdlog::warn(
+        "kv-snapshot: the build streamed during the fetch is {} ({}); building from the file",
+        refused, r.error);
     return std::nullopt;
   }
   spdlog::info(
@@ -121,8 +122,9 @@ void KvSnapshotLoad::Restored(const std::vector<core::TargetId>& failed, uint64_
   const int64_t took_us = SteadyUs() - start_us_;
   stats_->restore_us.store(static_cast<uint64_t>(took_us));
   stats_->restored_blocks.fetch_add(blocks);
-  spdlog::info("kv-snapshot: restored {} targets ({} blocks) in {:.3f} s after opening the file ({})",
-               records_.size() - failed.size(), blocks, took_us / 1e6, how);
+  spdlog::info(
+      "kv-snapshot: restored {} targets ({} blocks) in {:.3f} s after opening the file ({})",
+      records_.size() - failed.size(), blocks, took_us / 1e6, how);
 }
 
 core::KvIndex KvSnapshotLoad::Build(std::vector<core::TargetId>& failed) {

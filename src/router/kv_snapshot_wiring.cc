@@ -27,9 +27,9 @@ void PrepareKvSnapshots(const events::KvSnapshotOptions& options, events::Ingest
   if (!options.enabled()) return;
   auto stats = std::make_shared<events::KvSnapshotStats>();
   // The file is checked here; the ingestor builds its views beside the verifies.
-  ingestor.load = events::KvSnapshotLoad::Open(options, events::SnapshotTransport::kZmq, stats,
-                                               std::move(fetched.checked),
-                                               std::move(fetched.stream));
+  ingestor.load =
+      events::KvSnapshotLoad::Open(options, events::SnapshotTransport::kZmq, stats,
+                                   std::move(fetched.checked), std::move(fetched.stream));
   ingestor.snapshot = options;
   ingestor.snapshot_stats = std::move(stats);
 }
