@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "events/kv_snapshot.h"
+#include "events/kv_snapshot_stream.h"
 #include "events/shared_kv_index.h"
 
 namespace infera::events {
@@ -86,11 +87,14 @@ class KvSnapshotLoad {
   // Checks `options.path` (every refusal of §7), counts and logs the outcome; null when
   // there is nothing to restore (off, absent, refused).
   // `checked`: the file at the path as a peer fetch checked it a moment ago (the same
-  // checks; doc/snapshot.md §9.1), taken instead of mapping and checking it again.
+  // checks; doc/snapshot.md §9.1), taken instead of mapping and checking it again;
+  // `stream`: that fetch's build of the same bytes as they arrived (Build takes it when
+  // it restored exactly the checked file's records).
   static std::unique_ptr<KvSnapshotLoad> Open(const KvSnapshotOptions& options,
                                               SnapshotTransport transport,
                                               std::shared_ptr<KvSnapshotStats> stats,
-                                              std::optional<SnapshotReader> checked = {});
+                                              std::optional<SnapshotReader> checked = {},
+                                              std::unique_ptr<SnapshotStreamBuild> stream = {});
   // The records, in the file's order.
   const std::vector<RestoredTarget>& records() const { return records_; }
   // The file's header and footer (NATS: the stream's creation time and
@@ -99,13 +103,18 @@ class KvSnapshotLoad {
   const SnapshotFooter& footer() const { return reader_.footer(); }
   // Restores every record into the returned index and unmaps the file. A record whose
   // view does not restore keeps its target, empty, and its id goes into `failed`
-  // (refused_targets_total{reason="corrupt"}). Logs where the time went.
+  // (refused_targets_total{reason="corrupt"}). Logs where the time went. With a
+  // streamed build (Open's `stream`): waits for it and returns its index when its
+  // records are the checked file's, else builds from the file as without one.
   core::KvIndex Build(std::vector<core::TargetId>& failed);
   // Tests: runs at the start of Build, on its thread (holds a build back).
   void set_before_build(std::function<void()> hook) { before_build_ = std::move(hook); }
 
  private:
   KvSnapshotLoad(SnapshotReader reader, std::shared_ptr<KvSnapshotStats> stats, int64_t start_us);
+  // The streamed build's index when it is the checked file's (none: build from the file).
+  std::optional<core::KvIndex> TakeStream(std::vector<core::TargetId>& failed);
+  void Restored(const std::vector<core::TargetId>& failed, uint64_t blocks, const char* how);
 
   SnapshotReader reader_;
   std::shared_ptr<KvSnapshotStats> stats_;
@@ -113,6 +122,7 @@ class KvSnapshotLoad {
   const int64_t start_us_;  // when Open began (restore_seconds counts from it)
   int64_t checked_us_ = 0;  // map, checksum, parse
   std::function<void()> before_build_;
+  std::unique_ptr<SnapshotStreamBuild> stream_;
 };
 
 // The staging build's end (§6.1 "Built"): adds to `staging` the targets `live` gained

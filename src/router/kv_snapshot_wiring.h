@@ -11,6 +11,7 @@
 
 #include "events/kv_event_ingestor.h"
 #include "events/kv_event_source.h"
+#include "events/kv_snapshot_peer.h"
 #include "events/nats_event_source.h"
 #include "events/shared_kv_index.h"
 
@@ -19,9 +20,10 @@ namespace infera::router {
 // With a snapshot path: checks the file (KvSnapshotLoad::Open) and sets the ingestor's
 // snapshot options, its stats and the accepted file, whose staging index the ingestor
 // builds while the HTTP server already answers (/ready 503 "starting").
-// `checked`: the file a peer join just fetched and checked (KvSnapshotPeer::JoinIfNeeded).
+// `fetched`: the file a peer join just fetched and checked, and the build streamed
+// during its transfer (KvSnapshotPeer::JoinIfNeeded).
 void PrepareKvSnapshots(const events::KvSnapshotOptions& options, events::IngestorOptions& ingestor,
-                        std::optional<events::SnapshotReader> checked = {});
+                        events::FetchedSnapshot fetched = {});
 // The same for the NATS source (§6.4): it restores the file before its first
 // subscription and consumes the stream from the snapshot's begin_stream_seq + 1.
 void PrepareKvSnapshots(const events::KvSnapshotOptions& options, events::NatsSourceOptions& nats);

@@ -74,7 +74,7 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     if (options_.kv_events && options_.replica_sync) {  // doc/snapshot.md §9.1
       peer_ = MakeKvSnapshotPeer(options_.kv_snapshot, options_.replica_sync->nats_url);
     }
-    std::optional<events::SnapshotReader> fetched;
+    events::FetchedSnapshot fetched;
     if (peer_ && options_.kv_snapshot.peer_join) fetched = peer_->JoinIfNeeded();
     // The index still holds no target.
     PrepareKvSnapshots(options_.kv_snapshot, ingest, std::move(fetched));
