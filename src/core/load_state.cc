@@ -14,6 +14,11 @@ namespace {
 constexpr double kRenormalizeBelow = 1e-150;
 // Recent charges decayed below this many blocks are dropped by Settle().
 constexpr double kNegligibleBlocks = 0.01;
+// Timed prefill: the weight of each new rate sample in the EWMA sums, and the seed's
+// weight (a prior of this many ns at the seed rate, never decayed: a first sample of
+// ~0 ns cannot make the rate infinite).
+constexpr double kRateAlpha = 0.1;
+constexpr double kRatePriorNs = 50e6;
 
 }  // namespace
 
@@ -59,9 +64,9 @@ void LoadState::ActiveGuard::Release() {
   prefill_id_ = 0;
 }
 
-void LoadState::ActiveGuard::PrefillDone() {
+void LoadState::ActiveGuard::PrefillDone(std::optional<int64_t> now_ns) {
   if (state_ == nullptr || prefill_id_ == 0) return;
-  if (Slot* slot = state_->LiveSlot(*this)) state_->DropPrefill(*slot, prefill_id_);
+  if (Slot* slot = state_->LiveSlot(*this)) state_->DropPrefill(*slot, prefill_id_, now_ns);
   prefill_id_ = 0;
 }
 
@@ -69,6 +74,7 @@ LoadState::LoadState(const LoadOptions& options) : options_(options) {
   assert(options.recent_decay >= 0 && options.recent_decay <= 1);
   assert(options.kv_pressure_threshold >= 0 && options.kv_pressure_slope >= 0);
   assert(options.decode_load_blocks >= 0 && options.seq_wait_blocks >= 0);
+  assert(options.prefill_rate_blocks_per_s > 0);
 }
 
 LoadState::Slot& LoadState::SlotFor(TargetId target) {
@@ -112,11 +118,16 @@ LoadState::ActiveGuard LoadState::AddActive(TargetId target, std::span<const Blo
     Prefill p{.id = guard.prefill_id_,
               .blocks = prefill.blocks,
               .missed = prefill.blocks,
-              .last_block = prefill.last_block};
+              .last_block = prefill.last_block,
+              .dispatched_ns = prefill.dispatched_ns};
     if (!guard.blocks_.empty() && prefill.first_block < guard.blocks_.size()) {
       p.chain = guard.blocks_.data();
       p.chain_len = guard.blocks_.size();
       p.first_block = prefill.first_block;
+    }
+    if (slot.prefills.empty()) {  // an idle queue: its head starts now
+      slot.head_start_ns = prefill.dispatched_ns;
+      slot.mark_ns = prefill.dispatched_ns;
     }
     slot.prefills.push_back(p);
     slot.prefill_blocks += prefill.blocks;
@@ -125,10 +136,19 @@ LoadState::ActiveGuard LoadState::AddActive(TargetId target, std::span<const Blo
   return guard;
 }
 
-void LoadState::DropPrefill(Slot& slot, uint64_t id) {
+void LoadState::Completed(Slot& slot, const Prefill& p, bool head, int64_t now_ns) {
+  const int64_t since = std::max(slot.mark_ns, p.dispatched_ns);
+  slot.rate_blocks = slot.rate_blocks * (1 - kRateAlpha) + p.missed;
+  slot.rate_ns = slot.rate_ns * (1 - kRateAlpha) + static_cast<double>(std::max<int64_t>(0, now_ns - since));
+  slot.mark_ns = std::max(slot.mark_ns, now_ns);
+  if (head) slot.head_start_ns = std::max(slot.head_start_ns, now_ns);
+}
+
+void LoadState::DropPrefill(Slot& slot, uint64_t id, std::optional<int64_t> now_ns) {
   auto it = std::find_if(slot.prefills.begin(), slot.prefills.end(),
                          [&](const Prefill& p) { return p.id == id; });
   if (it == slot.prefills.end()) return;  // settled by the events already
+  if (now_ns) Completed(slot, *it, it == slot.prefills.begin(), *now_ns);
   slot.prefill_blocks -= it->blocks;
   slot.prefills.erase(it);
   if (slot.prefills.empty()) slot.prefill_blocks = 0;  // no rounding residue
@@ -170,11 +190,14 @@ void LoadState::ChargeRecent(TargetId target, double blocks, std::optional<Block
   slot.recent_scaled += blocks / recent_scale_;
 }
 
-void LoadState::Settle(TargetId target, absl::FunctionRef<bool(BlockHash)> confirmed) {
+void LoadState::Settle(TargetId target, absl::FunctionRef<bool(BlockHash)> confirmed,
+                       std::optional<int64_t> now_ns) {
   if (target >= slots_.size() || !slots_[target].live) return;
   Slot& slot = slots_[target];
   if (!slot.prefills.empty()) {
-    std::erase_if(slot.prefills, [&](Prefill& p) {
+    // Whether each entry is done, in queue order (a completion with a time is a rate
+    // sample, taken before the entries after it move up).
+    const auto done = [&](Prefill& p) {
       if (p.chain != nullptr) {
         // The longest confirmed run from first_block (binary search: the blocks of
         // a prefill are stored in chain order).
@@ -192,7 +215,17 @@ void LoadState::Settle(TargetId target, absl::FunctionRef<bool(BlockHash)> confi
         return false;
       }
       return p.last_block && confirmed(*p.last_block);
-    });
+    };
+    size_t kept = 0;
+    for (size_t i = 0; i < slot.prefills.size(); ++i) {
+      if (done(slot.prefills[i])) {
+        if (now_ns) Completed(slot, slot.prefills[i], kept == 0, *now_ns);
+        continue;
+      }
+      if (kept != i) slot.prefills[kept] = slot.prefills[i];
+      ++kept;
+    }
+    slot.prefills.resize(kept);
     slot.prefill_blocks = 0;
     for (const Prefill& p : slot.prefills) slot.prefill_blocks += p.blocks;
   }
@@ -248,6 +281,38 @@ double LoadState::RecentBlocks(TargetId target) const {
 double LoadState::PendingPrefillBlocks(TargetId target) const {
   const Slot* slot = FindSlot(target);
   return slot ? std::max(0.0, slot->prefill_blocks) : 0.0;
+}
+
+double LoadState::RateOf(const Slot& slot) const {
+  const double prior_blocks = options_.prefill_rate_blocks_per_s * 1e-9 * kRatePriorNs;
+  return (slot.rate_blocks + prior_blocks) / (slot.rate_ns + kRatePriorNs);
+}
+
+double LoadState::TimedPrefillOf(const Slot& slot, int64_t now_ns) const {
+  // A FIFO queue: the head computes from head_start_ns (or its dispatch, if later); each
+  // next one starts when the one before it is predicted done (or at its own dispatch).
+  const double rate = RateOf(slot);
+  const double now = static_cast<double>(now_ns);
+  double start_of_next = static_cast<double>(slot.head_start_ns);
+  double left = 0;
+  for (const Prefill& p : slot.prefills) {
+    const double start = std::max(start_of_next, static_cast<double>(p.dispatched_ns));
+    const double done = std::max(0.0, now - start) * rate;
+    left += std::min(p.blocks, std::max(0.0, p.missed - done));
+    start_of_next = start + p.missed / rate;
+  }
+  return left;
+}
+
+double LoadState::RemainingPrefillBlocks(TargetId target, int64_t now_ns) const {
+  const Slot* slot = FindSlot(target);
+  if (slot == nullptr) return 0;
+  return options_.timed_prefill ? TimedPrefillOf(*slot, now_ns) : std::max(0.0, slot->prefill_blocks);
+}
+
+double LoadState::PrefillRate(TargetId target) const {
+  const Slot* slot = FindSlot(target);
+  return slot ? RateOf(*slot) * 1e9 : options_.prefill_rate_blocks_per_s;
 }
 
 double LoadState::KvPressureOf(const Slot& slot, size_t incoming_blocks) const {
@@ -308,11 +373,12 @@ size_t LoadState::ActiveRun(TargetId target, std::span<const BlockHash> chain, s
   return n;
 }
 
-double LoadState::Load(TargetId target, size_t incoming_blocks) const {
-  return TermsOf(target, incoming_blocks).load;
+double LoadState::Load(TargetId target, size_t incoming_blocks, int64_t now_ns) const {
+  return TermsOf(target, incoming_blocks, now_ns).load;
 }
 
-LoadState::Terms LoadState::TermsOf(TargetId target, size_t incoming_blocks) const {
+LoadState::Terms LoadState::TermsOf(TargetId target, size_t incoming_blocks,
+                                    int64_t now_ns) const {
   Terms terms;
   const Slot* slot = FindSlot(target);
   if (slot == nullptr) return terms;
@@ -321,7 +387,9 @@ LoadState::Terms LoadState::TermsOf(TargetId target, size_t incoming_blocks) con
   if (options_.term == LoadTerm::kSpec) {
     terms.load = static_cast<double>(terms.active) + slot->recent_scaled * recent_scale_;
   } else {
-    terms.load = std::max(0.0, slot->prefill_blocks) + slot->remote_prefill_blocks +
+    const double pending = options_.timed_prefill ? TimedPrefillOf(*slot, now_ns)
+                                                  : std::max(0.0, slot->prefill_blocks);
+    terms.load = pending + slot->remote_prefill_blocks +
                  KvPressureOf(*slot, incoming_blocks) + DecodeLoadOf(*slot) + terms.seq_wait;
   }
   return terms;

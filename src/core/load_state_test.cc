@@ -339,6 +339,77 @@ TEST(LoadStateTest, RemoteLoadAddsToTheLoadTermButNotToTheOwnCounts) {
   EXPECT_DOUBLE_EQ(spec.Load(0), 4 + 5);  // the spec's active blocks, fleet-wide
 }
 
+constexpr int64_t kMs = 1'000'000;
+
+// The timed prefill at a seed rate of 1000 blocks/s: 1 block per ms.
+LoadOptions TimedOptions() {
+  LoadOptions options;
+  options.timed_prefill = true;
+  options.prefill_rate_blocks_per_s = 1000;
+  return options;
+}
+
+// A pending prefill of `blocks` dispatched at `ns` (timed prefill tests).
+PendingPrefill Timed(double blocks, int64_t ns, std::optional<BlockHash> last = std::nullopt) {
+  PendingPrefill p;
+  p.blocks = blocks;
+  p.last_block = last;
+  p.dispatched_ns = ns;
+  return p;
+}
+
+// --kv-timed-prefill: a pending prefill counts what is left after the time since its
+// dispatch at the target's prefill rate (here the seed, 1000 blocks/s = 1 block per
+// ms), never below 0 while it is not confirmed; the queue is FIFO: a request
+// dispatched while another computes waits until that one is predicted done. Off, the
+// time changes nothing.
+TEST(LoadStateTest, TimedPrefillCountsWhatTheElapsedTimeLeaves) {
+  LoadState load(TimedOptions());
+  EXPECT_DOUBLE_EQ(load.PrefillRate(0), 1000);
+  auto a = load.AddActive(0, kPrefix, 0, Timed(100, 0));
+  EXPECT_DOUBLE_EQ(load.RemainingPrefillBlocks(0, 0), 100);
+  EXPECT_DOUBLE_EQ(load.Load(0, 0, 40 * kMs), 60);
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 100);  // the untimed count stays
+  auto b = load.AddActive(0, {}, 1, Timed(50, 10 * kMs));
+  EXPECT_DOUBLE_EQ(load.RemainingPrefillBlocks(0, 40 * kMs), 60 + 50);  // b waits
+  EXPECT_NEAR(load.RemainingPrefillBlocks(0, 120 * kMs), 0 + 30, 1e-9);  // b since 100 ms
+  EXPECT_DOUBLE_EQ(load.RemainingPrefillBlocks(0, 500 * kMs), 0);       // overdue: 0
+  EXPECT_NEAR(load.TermsOf(0, 0, 120 * kMs).load, 30, 1e-9);
+
+  LoadState off;  // the default: blocks until confirmed, whatever the time
+  auto c = off.AddActive(0, kPrefix, 0, Timed(100, 0));
+  EXPECT_DOUBLE_EQ(off.Load(0, 0, 500 * kMs), 100);
+  EXPECT_DOUBLE_EQ(off.RemainingPrefillBlocks(0, 500 * kMs), 100);
+}
+
+// The rate is learned from completions with a time (PrefillDone(now), or Settle(now)
+// finding the last block): an EWMA of (blocks, ns since the last completion or the
+// dispatch), with the seed as a 50 ms prior. The next request in the queue starts at
+// the completion.
+TEST(LoadStateTest, TimedPrefillLearnsTheRateFromCompletions) {
+  LoadState load(TimedOptions());
+  auto a = load.AddActive(0, kPrefix, 0, Timed(100, 0));
+  auto b = load.AddActive(0, {}, 1, Timed(50, 10 * kMs, 99));
+  a.PrefillDone(50 * kMs);  // 100 blocks in 50 ms; with the prior (50 blocks, 50 ms):
+  EXPECT_DOUBLE_EQ(load.PrefillRate(0), 150.0 / 100 * 1000);
+  EXPECT_DOUBLE_EQ(load.RemainingPrefillBlocks(0, 70 * kMs), 50 - 20 * 1.5);
+  a.PrefillDone(60 * kMs);  // idempotent: no second sample
+  EXPECT_DOUBLE_EQ(load.PrefillRate(0), 1500);
+  // b's last block confirmed by the view at 75 ms: 50 blocks in 25 ms, the sums decayed.
+  load.Settle(0, [](BlockHash) { return true; }, 75 * kMs);
+  EXPECT_EQ(load.PrefillingRequests(0), 0u);
+  const double blocks = 100 * 0.9 + 50, ns = 50 * 0.9 + 25;
+  EXPECT_NEAR(load.PrefillRate(0), (blocks + 50) / (ns + 50) * 1000, 1e-6);
+  // Without a time (PrefillDone(), a release) nothing is sampled.
+  const double rate = load.PrefillRate(0);
+  auto c = load.AddActive(0, {}, 1, Timed(10, 80 * kMs));
+  c.PrefillDone();
+  auto d = load.AddActive(0, {}, 1, Timed(10, 90 * kMs));
+  d.Release();
+  EXPECT_DOUBLE_EQ(load.PrefillRate(0), rate);
+  EXPECT_DOUBLE_EQ(load.PrefillRate(7), 1000);  // a target never seen: the seed
+}
+
 TEST(LoadStateTest, ParseLoadTerm) {
   EXPECT_EQ(*ParseLoadTerm("work"), LoadTerm::kWork);
   EXPECT_EQ(*ParseLoadTerm("spec"), LoadTerm::kSpec);
