@@ -384,6 +384,14 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
                  "for a sequence slot on an engine at its max_num_seqs (0: off)")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
+  app.add_option("--kv-timed-prefill", f.timed_prefill,
+                 "work load term: count each pending prefill less the progress its time since "
+                 "dispatch buys at the engine's learned prefill rate (a FIFO queue; true/false)")
+      ->capture_default_str();
+  app.add_option("--kv-prefill-rate", f.prefill_rate,
+                 "--kv-timed-prefill: the learned prefill rate's seed, blocks per second")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--kv-inflight-credit", f.inflight_credit,
                  "kv-aware: weight of an engine's in-flight run of the prompt (blocks past its "
                  "view's hits that its in-flight requests hold), credited as hits (0: off)")
@@ -580,6 +588,8 @@ int RunOffline(const OfflineFlags& flags) {
     config.policy.load_queue_scaling = flags.load_queue_scaling;
     config.policy.decode_load_blocks = flags.decode_load_blocks;
     config.policy.seq_wait_blocks = flags.seq_wait_blocks;
+    config.policy.timed_prefill = flags.timed_prefill;
+    config.policy.prefill_rate = flags.prefill_rate;
     config.policy.inflight_credit = flags.inflight_credit;
     config.policy.inflight_credit_holders = flags.inflight_credit_holders;
     config.policy.random_seed = 42;

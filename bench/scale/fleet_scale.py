@@ -11,8 +11,9 @@ its own KV events, so a repeated prompt is a real cache hit), infera-router with
 
 Phases and what is reported (one `result` JSON line at the end, with --json FILE too):
   base     router up with every target subscribed, views empty: RSS (the fixed base)
-  fill     each target stores --view-blocks blocks: blocks/s applied (router counters),
-           RSS and bytes per (target, block) in view above the base
+  fill     each target stores --view-blocks blocks (at --fill-rate blocks/s, 0 = as fast
+           as the fleet publishes): blocks/s applied (router counters), RSS and bytes per
+           (target, block) in view above the base
   churn    --churn-s seconds at --rate blocks/s (stores + as many evictions; 0 = as fast
            as the fleet publishes): the router's applied blocks/s over the window,
            view lag p50/p99 (at each /metrics poll, how long ago the fleet had published
@@ -334,6 +335,9 @@ def main():
     ap.add_argument("--replay-batches", type=int, default=128,
                     help="each target's replay buffer (batches)")
     ap.add_argument("--rate", type=float, default=0, help="churn blocks/s (0: unpaced)")
+    ap.add_argument("--fill-rate", type=float, default=0,
+                    help="fill blocks/s (0: unpaced); below the router's rate, no backlog "
+                         "queues in libzmq and the fill's RSS is the views' own")
     ap.add_argument("--churn-s", type=float, default=20)
     ap.add_argument("--quiet-picks", type=int, default=0,
                     help="requests sent one after another after the fill, before the churn")
@@ -434,8 +438,9 @@ def main():
             t0 = time.monotonic()
             a0 = router.applied()
             c0 = cpu_s(router.pid)
+            fill_per_shard = args.fill_rate / len(shards) if args.fill_rate else 0
             for s in shards:
-                s.send("fill")
+                s.send(f"fill {fill_per_shard}")
             for s in shards:
                 s.wait("filled", timeout=3600)
             t_pub = time.monotonic() - t0
@@ -452,12 +457,15 @@ def main():
                 "fill_blocks_per_cpu_s": round((a1 - a0) / max(fill_cpu, 0.01)),
                 "view_blocks": int(view), "filled_rss_mib": round(rss, 1),
                 "filled_huge_mib": round(huge_kb(router.pid) / 1024, 1),
-                "bytes_per_block": round((rss - result["base_rss_mib"]) * 2**20 / max(1, view), 1)})
+                "bytes_per_block": round((rss - result["base_rss_mib"]) * 2**20 / max(1, view), 1),
+                "index_table_bytes_per_block":
+                    round(scalar(body, "infera_kv_index_table_bytes") / max(1, view), 1)})
             print(f"fill: {int(a1 - a0)} blocks applied in {t_end - t0:.2f} s "
                   f"({result['fill_blocks_per_s']} blocks/s; router CPU {fill_cpu:.1f} s: "
                   f"{result['fill_blocks_per_cpu_s']} blocks per CPU s; the fleet published them in "
                   f"{t_pub:.2f} s); {int(view)} blocks in view; RSS {rss:.1f} MiB = base + "
-                  f"{result['bytes_per_block']} B per (target, block)", flush=True)
+                  f"{result['bytes_per_block']} B per (target, block), the index's tables "
+                  f"{result['index_table_bytes_per_block']} B of it", flush=True)
 
             if args.quiet_picks:
                 # Picks with the views full and no churn: the pick's own cost at this

@@ -18,7 +18,8 @@
 // (vLLM's leaf-first LRU). Block tokens: 16 ids below 32,000 (3 bytes each on the wire).
 //
 // Commands on stdin, one per line (answers on stdout):
-//   fill                  store until every target holds view_blocks  -> "filled <s>"
+//   fill [<blocks_per_s>] store until every target holds view_blocks, at most that
+//                         fast when given (0 or absent: as fast as possible) -> "filled <s>"
 //   churn <seconds> <blocks_per_s>   stores + evictions at that rate (0: as fast as
 //                         possible) for that long                     -> "churned <s>"
 //   quit
@@ -378,9 +379,11 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   std::string line;
   while (std::getline(std::cin, line)) {
-    if (line == "fill") {
+    if (line == "fill" || line.rfind("fill ", 0) == 0) {
+      double rate = 0;
+      if (line != "fill" && std::sscanf(line.c_str(), "fill %lf", &rate) != 1) continue;
       const double t0 = Now();
-      fleet.Run(0, /*fill=*/true, [](size_t) { return false; });
+      fleet.Run(rate, /*fill=*/true, [](size_t) { return false; });
       std::printf("filled %.3f\n", Now() - t0);
     } else if (line.rfind("churn ", 0) == 0) {
       double seconds = 0, rate = 0;

@@ -839,6 +839,12 @@ size_t KvIndex::EntryCount() const { return impl_->entries; }
 
 size_t KvIndex::DistinctHashCount() const { return impl_->rows.size() - impl_->kept_rows; }
 
+size_t KvIndex::TableBytes() const {
+  size_t bytes = impl_->rows.bytes() + impl_->sets.capacity() * sizeof(HolderSet);
+  for (const Impl::Target& t : impl_->targets) bytes += t.engine_map.bytes();
+  return bytes;
+}
+
 bool KvIndex::Holds(TargetId id, BlockHash router_hash, Tier tier) const {
   if (impl_->Live(id) == nullptr) return false;
   const uint32_t r = impl_->rows.Find(router_hash);

@@ -269,6 +269,10 @@ class KvIndex {
   size_t EntryCount() const;
   // Distinct router hashes across all targets (rows of the global table).
   size_t DistinctHashCount() const;
+  // Bytes of the index's tables (doc/index.md "Memory"): the row table's arrays, every
+  // target's engine map, the holder-set pool. O(targets). What RSS over the base
+  // holds beyond this is not the index's (doc/perf-scale.md "Session 15").
+  size_t TableBytes() const;
   // Whether the index knows the target's view is prefix-closed (doc/index.md):
   // then FindMatches bisects the chain for it instead of walking it.
   bool IsPrefixClosed(TargetId id) const;

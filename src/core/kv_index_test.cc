@@ -804,6 +804,39 @@ TEST(KvIndexTest, HeapPerBlockOfOneWorkerStaysWithinTheDocumentedBound) {
   RecordProperty("heap_bytes_per_block", std::to_string(per_block));
   const double bound = (17.0 + 13.0) / 0.7 + (4u << 20) / static_cast<double>(index.BlockCount(t));
   EXPECT_LE(per_block, bound) << per_block << " B per block";
+  // TableBytes (the /metrics gauge infera_kv_index_table_bytes) is what the heap grew
+  // by: the tables are all the index holds per block.
+  const double tables = static_cast<double>(index.TableBytes());
+  EXPECT_LE(tables, static_cast<double>(HeapInUse() - before) + (1u << 20));
+  // (HeapInUse counts the row arrays rounded up to 2 MiB each.)
+  EXPECT_GE(tables, 0.9 * (static_cast<double>(HeapInUse() - before) - (4u << 20)));
+}
+
+// TableBytes follows the documented bytes (doc/index.md "Memory") without reading the
+// allocator (so under sanitizers too): (16 + 1) B per row slot, (12 + 1) B per engine-map
+// slot, each table between kMinLoad and kMaxLoad full after a fill (a growth makes room
+// for the batch too: 2 % slack); 0 once empty.
+TEST(KvIndexTest, TableBytesCountsRowsAndEngineMapsAtTheirLoad) {
+  KvIndex index;
+  EXPECT_EQ(index.TableBytes(), 0u);
+  std::vector<TargetId> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(index.AddTarget({"t" + std::to_string(i), 0}, 4));
+  Random rng(3);
+  std::vector<BlockHash> engine(32);
+  std::vector<TokenId> tokens(32 * 4);
+  for (int batch = 0; batch < 400; ++batch) {
+    for (auto& e : engine) e = rng.Next();
+    for (auto& tok : tokens) tok = static_cast<TokenId>(rng.Next());
+    ASSERT_EQ(index.ApplyStored(ids[batch % 4], std::nullopt, engine, tokens, Tier::kDevice),
+              StoreOutcome::kOk);
+  }
+  const double blocks = 400.0 * 32;
+  ASSERT_EQ(index.EntryCount(), static_cast<size_t>(blocks));
+  const double per_block = static_cast<double>(index.TableBytes()) / blocks;
+  EXPECT_GE(per_block, (17.0 + 13.0) * 8 / 7);
+  EXPECT_LE(per_block, 1.02 * (17.0 + 13.0) / 0.7);
+  for (const TargetId id : ids) index.RemoveTarget(id);
+  EXPECT_EQ(index.TableBytes(), 0u);
 }
 
 }  // namespace

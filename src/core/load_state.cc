@@ -15,6 +15,11 @@ namespace {
 constexpr double kRenormalizeBelow = 1e-150;
 // Recent charges decayed below this many blocks are dropped by Settle().
 constexpr double kNegligibleBlocks = 0.01;
+// Timed prefill: the weight of each new rate sample in the EWMA sums, and the seed's
+// weight (a prior of this many ns at the seed rate, never decayed: a first sample of
+// ~0 ns cannot make the rate infinite).
+constexpr double kRateAlpha = 0.1;
+constexpr double kRatePriorNs = 50e6;
 
 }  // namespace
 
@@ -60,9 +65,9 @@ void LoadState::ActiveGuard::Release() {
   prefill_id_ = 0;
 }
 
-void LoadState::ActiveGuard::PrefillDone() {
+void LoadState::ActiveGuard::PrefillDone(std::optional<int64_t> now_ns) {
   if (state_ == nullptr || prefill_id_ == 0) return;
-  if (Slot* slot = state_->LiveSlot(*this)) state_->DropPrefill(*slot, prefill_id_);
+  if (Slot* slot = state_->LiveSlot(*this)) state_->DropPrefill(*slot, prefill_id_, now_ns);
   prefill_id_ = 0;
 }
 
@@ -70,6 +75,7 @@ LoadState::LoadState(const LoadOptions& options) : options_(options) {
   assert(options.recent_decay >= 0 && options.recent_decay <= 1);
   assert(options.kv_pressure_threshold >= 0 && options.kv_pressure_slope >= 0);
   assert(options.decode_load_blocks >= 0 && options.seq_wait_blocks >= 0);
+  assert(options.prefill_rate_blocks_per_s > 0);
 }
 
 LoadState::Slot& LoadState::SlotFor(TargetId target) {
@@ -133,11 +139,16 @@ LoadState::ActiveGuard LoadState::AddActive(TargetId target, std::span<const Blo
     Prefill p{.id = guard.prefill_id_,
               .blocks = prefill.blocks,
               .missed = prefill.blocks,
-              .last_block = prefill.last_block};
+              .last_block = prefill.last_block,
+              .dispatched_ns = prefill.dispatched_ns};
     if (!guard.blocks_.empty() && prefill.first_block < guard.blocks_.size()) {
       p.chain = guard.blocks_.data();
       p.chain_len = guard.blocks_.size();
       p.first_block = prefill.first_block;
+    }
+    if (slot.prefills.empty()) {  // an idle queue: its head starts now
+      slot.head_start_ns = prefill.dispatched_ns;
+      slot.mark_ns = prefill.dispatched_ns;
     }
     slot.prefills.push_back(p);
     slot.prefill_blocks += prefill.blocks;
@@ -148,10 +159,19 @@ LoadState::ActiveGuard LoadState::AddActive(TargetId target, std::span<const Blo
   return guard;
 }
 
-void LoadState::DropPrefill(Slot& slot, uint64_t id) {
+void LoadState::Completed(Slot& slot, const Prefill& p, bool head, int64_t now_ns) {
+  const int64_t since = std::max(slot.mark_ns, p.dispatched_ns);
+  slot.rate_blocks = slot.rate_blocks * (1 - kRateAlpha) + p.missed;
+  slot.rate_ns = slot.rate_ns * (1 - kRateAlpha) + static_cast<double>(std::max<int64_t>(0, now_ns - since));
+  slot.mark_ns = std::max(slot.mark_ns, now_ns);
+  if (head) slot.head_start_ns = std::max(slot.head_start_ns, now_ns);
+}
+
+void LoadState::DropPrefill(Slot& slot, uint64_t id, std::optional<int64_t> now_ns) {
   auto it = std::find_if(slot.prefills.begin(), slot.prefills.end(),
                          [&](const Prefill& p) { return p.id == id; });
   if (it == slot.prefills.end()) return;  // settled by the events already
+  if (now_ns) Completed(slot, *it, it == slot.prefills.begin(), *now_ns);
   slot.prefill_blocks -= it->blocks;
   slot.prefills.erase(it);
   if (slot.prefills.empty()) slot.prefill_blocks = 0;  // no rounding residue
@@ -198,7 +218,8 @@ void LoadState::ChargeRecent(TargetId target, double blocks, std::optional<Block
 }
 
 void LoadState::SettleSlot(TargetId target, uint64_t view_version,
-                           absl::FunctionRef<bool(BlockHash)> confirmed) {
+                           absl::FunctionRef<bool(BlockHash)> confirmed,
+                           std::optional<int64_t> now_ns) {
   if (target >= slots_.size() || !slots_[target].live) return;
   Slot& slot = slots_[target];
   if (view_version != 0 && view_version == slot.settled_view && !slot.added_since_settle &&
@@ -208,7 +229,9 @@ void LoadState::SettleSlot(TargetId target, uint64_t view_version,
   slot.settled_view = view_version;
   slot.added_since_settle = false;
   if (!slot.prefills.empty()) {
-    std::erase_if(slot.prefills, [&](Prefill& p) {
+    // Whether each entry is done, in queue order (a completion with a time is a rate
+    // sample, taken before the entries after it move up).
+    const auto done = [&](Prefill& p) {
       if (p.chain != nullptr) {
         // The longest confirmed run from first_block (binary search: the blocks of
         // a prefill are stored in chain order).
@@ -226,7 +249,17 @@ void LoadState::SettleSlot(TargetId target, uint64_t view_version,
         return false;
       }
       return p.last_block && confirmed(*p.last_block);
-    });
+    };
+    size_t kept = 0;
+    for (size_t i = 0; i < slot.prefills.size(); ++i) {
+      if (done(slot.prefills[i])) {
+        if (now_ns) Completed(slot, slot.prefills[i], kept == 0, *now_ns);
+        continue;
+      }
+      if (kept != i) slot.prefills[kept] = slot.prefills[i];
+      ++kept;
+    }
+    slot.prefills.resize(kept);
     slot.prefill_blocks = 0;
     for (const Prefill& p : slot.prefills) slot.prefill_blocks += p.blocks;
   }
@@ -293,6 +326,38 @@ double LoadState::PendingPrefillBlocks(TargetId target) const {
   return slot ? std::max(0.0, slot->prefill_blocks) : 0.0;
 }
 
+double LoadState::RateOf(const Slot& slot) const {
+  const double prior_blocks = options_.prefill_rate_blocks_per_s * 1e-9 * kRatePriorNs;
+  return (slot.rate_blocks + prior_blocks) / (slot.rate_ns + kRatePriorNs);
+}
+
+double LoadState::TimedPrefillOf(const Slot& slot, int64_t now_ns) const {
+  // A FIFO queue: the head computes from head_start_ns (or its dispatch, if later); each
+  // next one starts when the one before it is predicted done (or at its own dispatch).
+  const double rate = RateOf(slot);
+  const double now = static_cast<double>(now_ns);
+  double start_of_next = static_cast<double>(slot.head_start_ns);
+  double left = 0;
+  for (const Prefill& p : slot.prefills) {
+    const double start = std::max(start_of_next, static_cast<double>(p.dispatched_ns));
+    const double done = std::max(0.0, now - start) * rate;
+    left += std::min(p.blocks, std::max(0.0, p.missed - done));
+    start_of_next = start + p.missed / rate;
+  }
+  return left;
+}
+
+double LoadState::RemainingPrefillBlocks(TargetId target, int64_t now_ns) const {
+  const Slot* slot = FindSlot(target);
+  if (slot == nullptr) return 0;
+  return options_.timed_prefill ? TimedPrefillOf(*slot, now_ns) : std::max(0.0, slot->prefill_blocks);
+}
+
+double LoadState::PrefillRate(TargetId target) const {
+  const Slot* slot = FindSlot(target);
+  return slot ? RateOf(*slot) * 1e9 : options_.prefill_rate_blocks_per_s;
+}
+
 double LoadState::KvPressureOf(const Hot& hot, size_t incoming_blocks) const {
   const size_t capacity = hot.capacity;
   if (capacity == 0) return 0;
@@ -350,11 +415,12 @@ size_t LoadState::ActiveRun(TargetId target, std::span<const BlockHash> chain, s
   return n;
 }
 
-double LoadState::Load(TargetId target, size_t incoming_blocks) const {
-  return TermsOf(target, incoming_blocks).load;
+double LoadState::Load(TargetId target, size_t incoming_blocks, int64_t now_ns) const {
+  return TermsOf(target, incoming_blocks, now_ns).load;
 }
 
-LoadState::Terms LoadState::TermsOf(TargetId target, size_t incoming_blocks) const {
+LoadState::Terms LoadState::TermsOf(TargetId target, size_t incoming_blocks,
+                                    int64_t now_ns) const {
   Terms terms;
   if (target >= hot_.size() || hot_[target].live == 0) return terms;
   const Hot& hot = hot_[target];
@@ -364,8 +430,13 @@ LoadState::Terms LoadState::TermsOf(TargetId target, size_t incoming_blocks) con
     terms.load =
         static_cast<double>(terms.active) + slots_[target].recent_scaled * recent_scale_;
   } else {
-    terms.load = std::max(0.0, hot.prefill_blocks) + hot.remote_prefill_blocks +
-                 KvPressureOf(hot, incoming_blocks) + DecodeLoadOf(hot) + terms.seq_wait;
+    // The timed term depends on `now_ns`: computed from the slot (its prefill queue and
+    // learned rate), not cached in the hot row.
+    const double pending = options_.timed_prefill
+                               ? TimedPrefillOf(slots_[target], now_ns)
+                               : std::max(0.0, hot.prefill_blocks);
+    terms.load = pending + hot.remote_prefill_blocks + KvPressureOf(hot, incoming_blocks) +
+                 DecodeLoadOf(hot) + terms.seq_wait;
   }
   return terms;
 }

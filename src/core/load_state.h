@@ -37,6 +37,13 @@
 //    wait behind for a sequence slot on a target at its max_num_seqs (when known). Recent blocks
 //    are not counted: pending prefill is the same charge (a pick's missed blocks) held until the
 //    prefill is done.
+//  * Timed prefill (kWork, LoadOptions::timed_prefill, --kv-timed-prefill): the pending
+//    prefill counts only what is left after the time since each request was dispatched
+//    at the target's learned prefill rate: a FIFO queue whose head has been computing
+//    since max(its dispatch, the last completion), the others waiting behind it. The
+//    rate is learned online from each completion (blocks / time since the last one, an
+//    EWMA of both, seeded by prefill_rate_blocks_per_s). Every time is passed in
+//    (`now_ns`): LoadState reads no clock.
 //  * Remote load (--router-replica-sync, doc/replica-sync.md): the other replicas'
 //    active and pending prefill blocks on the target (SetRemote) add to the local
 //    ones in Load() and KvPressure() (kSpec adds remote active blocks). ActiveBlocks()
@@ -91,6 +98,11 @@ struct LoadOptions {
   // kWork: blocks of cost per request that would wait for a sequence slot on a target
   // at its max_num_seqs (SeqWait); 0 = off.
   double seq_wait_blocks = 0;
+  // kWork: pending prefill less the progress its elapsed time buys at the target's
+  // learned prefill rate (see above); false: blocks until confirmed.
+  bool timed_prefill = false;
+  // The learned prefill rate's seed (and prior), blocks per second.
+  double prefill_rate_blocks_per_s = 3000;
 };
 
 // What a pick still has to compute on its target.
@@ -104,6 +116,9 @@ struct PendingPrefill {
   // this block on, and Settle() counts its progress — the blocks from here that the
   // view already holds (a chunked prefill stores its blocks in order) are done.
   size_t first_block = 0;
+  // When the request was dispatched to the target (the caller's clock): the timed
+  // prefill's start, and the rate's samples.
+  int64_t dispatched_ns = 0;
 };
 
 class LoadState {
@@ -123,8 +138,10 @@ class LoadState {
     // Releases now; later calls (and the destructor) do nothing.
     void Release();
     // The request is past its prefill (first token): its pending prefill stops
-    // counting. Idempotent; the active blocks stay until Release().
-    void PrefillDone();
+    // counting. Idempotent; the active blocks stay until Release(). With `now_ns` (the
+    // caller's clock, as the pick's) the completion is a sample of the target's
+    // prefill rate.
+    void PrefillDone(std::optional<int64_t> now_ns = std::nullopt);
     // Whether a release is still pending.
     bool pending() const { return state_ != nullptr; }
     TargetId target() const { return target_; }
@@ -160,17 +177,21 @@ class LoadState {
   // Drops the target's pending prefills and recent charges whose last block
   // `confirmed` (the target's view holds it), and recent charges decayed below
   // 0.01 blocks. O(1) for a target with neither (the common case of a pick's scan).
-  void Settle(TargetId target, absl::FunctionRef<bool(BlockHash)> confirmed) {
-    Settle(target, 0, confirmed);
+  // With `now_ns`, a prefill found complete is a prefill-rate sample.
+  void Settle(TargetId target, absl::FunctionRef<bool(BlockHash)> confirmed,
+              std::optional<int64_t> now_ns = std::nullopt) {
+    Settle(target, 0, confirmed, now_ns);
   }
   // The same, told the view's KvIndex::ViewVersion (0: unknown): with the work term,
   // nothing to do when the version is the one the target was last settled against and
   // no prefill was added since (settling is then a no-op: the same view confirms the
-  // same blocks). The spec term's charges also decay: always settled.
+  // same blocks, so no prefill completes and no rate sample is missed). The spec
+  // term's charges also decay: always settled.
   void Settle(TargetId target, uint64_t view_version,
-              absl::FunctionRef<bool(BlockHash)> confirmed) {
+              absl::FunctionRef<bool(BlockHash)> confirmed,
+              std::optional<int64_t> now_ns = std::nullopt) {
     if (target < hot_.size() && hot_[target].settle == 0) return;
-    SettleSlot(target, view_version, confirmed);
+    SettleSlot(target, view_version, confirmed, now_ns);
   }
 
   // The worker's KV capacity in blocks (num_gpu_blocks); 0 forgets it.
@@ -193,6 +214,11 @@ class LoadState {
   size_t ActiveBlocks(TargetId target) const;
   double RecentBlocks(TargetId target) const;
   double PendingPrefillBlocks(TargetId target) const;
+  // The pending prefill the load term counts at `now_ns`: with timed_prefill, what is
+  // left after the elapsed time at the learned rate (FIFO); else PendingPrefillBlocks.
+  double RemainingPrefillBlocks(TargetId target, int64_t now_ns) const;
+  // The target's learned prefill rate, blocks per second (the seed before any sample).
+  double PrefillRate(TargetId target) const;
   // The KV-pressure cost of adding `incoming_blocks` to the target (see above).
   double KvPressure(TargetId target, size_t incoming_blocks) const;
   // Prompt blocks of the target's in-flight requests, each request's own (a prefix two
@@ -211,8 +237,9 @@ class LoadState {
   size_t ActiveHolders(TargetId target, BlockHash hash) const;
   // How many blocks of `chain` from `from` on are in the target's active set, in a row.
   size_t ActiveRun(TargetId target, std::span<const BlockHash> chain, size_t from) const;
-  // The load term of the cost for a request of `incoming_blocks` (see above).
-  double Load(TargetId target, size_t incoming_blocks = 0) const;
+  // The load term of the cost for a request of `incoming_blocks` at `now_ns` (see
+  // above; the time matters only with timed_prefill).
+  double Load(TargetId target, size_t incoming_blocks = 0, int64_t now_ns = 0) const;
   // One look at the target for the kv-aware cost: Load(target, incoming_blocks),
   // SeqWait(target) and ActiveBlocks(target) + RemoteActiveBlocks(target), the same
   // values as those calls (the selector's per-candidate loop reads the slot once).
@@ -221,7 +248,7 @@ class LoadState {
     double seq_wait = 0;
     size_t active = 0;
   };
-  Terms TermsOf(TargetId target, size_t incoming_blocks) const;
+  Terms TermsOf(TargetId target, size_t incoming_blocks, int64_t now_ns = 0) const;
   // The other router replicas' load on the target (sums over replicas, >= 0); the
   // sync edge sets it after each applied message batch. 0, 0 when never set.
   void SetRemote(TargetId target, size_t active_blocks, double pending_prefill_blocks);
@@ -258,6 +285,7 @@ class LoadState {
     const BlockHash* chain = nullptr;
     size_t chain_len = 0;
     size_t first_block = 0;
+    int64_t dispatched_ns = 0;
   };
   struct Charge {
     double scaled = 0;  // blocks / recent_scale_ at the time of the charge
@@ -284,6 +312,13 @@ class LoadState {
     // was added since.
     uint64_t settled_view = 0;
     bool added_since_settle = false;
+    // Timed prefill: when the queue's head started (its dispatch, or the last
+    // completion), the last completion (a rate sample's start) and the rate's EWMA
+    // sums (blocks and ns of the samples).
+    int64_t head_start_ns = 0;
+    int64_t mark_ns = 0;
+    double rate_blocks = 0;
+    double rate_ns = 0;
   };
   // What a pick reads of every candidate, copied from its Slot by Sync() after each
   // change, one cache line per target in a dense array (doc/selection.md "Cost of a
@@ -306,16 +341,22 @@ class LoadState {
   const Slot* FindSlot(TargetId target) const;
   void Sync(const Slot& slot);
   void SettleSlot(TargetId target, uint64_t view_version,
-                  absl::FunctionRef<bool(BlockHash)> confirmed);
+                  absl::FunctionRef<bool(BlockHash)> confirmed, std::optional<int64_t> now_ns);
   void ObserveSlow(TargetId target, size_t blocks);
   // The terms above, of one target.
   static size_t CapacityOf(const Slot& slot);
   double KvPressureOf(const Hot& hot, size_t incoming_blocks) const;
   double DecodeLoadOf(const Hot& hot) const;
   double SeqWaitOf(const Hot& hot) const;
+  // Learned prefill rate, blocks per ns; the timed pending prefill at `now_ns`.
+  double RateOf(const Slot& slot) const;
+  double TimedPrefillOf(const Slot& slot, int64_t now_ns) const;
+  // `p` (the queue's head when `head`) completed at `now_ns`: a rate sample; the
+  // queue's next head starts.
+  void Completed(Slot& slot, const Prefill& p, bool head, int64_t now_ns);
   Slot* LiveSlot(const ActiveGuard& guard);
   void ReleaseGuard(ActiveGuard& guard);
-  void DropPrefill(Slot& slot, uint64_t id);
+  void DropPrefill(Slot& slot, uint64_t id, std::optional<int64_t> now_ns = std::nullopt);
 
   LoadOptions options_;
   // Lazy decay: a target's recent blocks are recent_scaled * recent_scale_, so a

@@ -465,6 +465,149 @@ TEST(LoadStateTest, PickTermsFollowEveryChange) {
   EXPECT_EQ(checked, 4000u * kTargets);
 }
 
+constexpr int64_t kMs = 1'000'000;
+
+// The timed prefill at a seed rate of 1000 blocks/s: 1 block per ms.
+LoadOptions TimedOptions() {
+  LoadOptions options;
+  options.timed_prefill = true;
+  options.prefill_rate_blocks_per_s = 1000;
+  return options;
+}
+
+// A pending prefill of `blocks` dispatched at `ns` (timed prefill tests).
+PendingPrefill Timed(double blocks, int64_t ns, std::optional<BlockHash> last = std::nullopt) {
+  PendingPrefill p;
+  p.blocks = blocks;
+  p.last_block = last;
+  p.dispatched_ns = ns;
+  return p;
+}
+
+// --kv-timed-prefill: a pending prefill counts what is left after the time since its
+// dispatch at the target's prefill rate (here the seed, 1000 blocks/s = 1 block per
+// ms), never below 0 while it is not confirmed; the queue is FIFO: a request
+// dispatched while another computes waits until that one is predicted done. Off, the
+// time changes nothing.
+TEST(LoadStateTest, TimedPrefillCountsWhatTheElapsedTimeLeaves) {
+  LoadState load(TimedOptions());
+  EXPECT_DOUBLE_EQ(load.PrefillRate(0), 1000);
+  auto a = load.AddActive(0, kPrefix, 0, Timed(100, 0));
+  EXPECT_DOUBLE_EQ(load.RemainingPrefillBlocks(0, 0), 100);
+  EXPECT_DOUBLE_EQ(load.Load(0, 0, 40 * kMs), 60);
+  EXPECT_DOUBLE_EQ(load.PendingPrefillBlocks(0), 100);  // the untimed count stays
+  auto b = load.AddActive(0, {}, 1, Timed(50, 10 * kMs));
+  EXPECT_DOUBLE_EQ(load.RemainingPrefillBlocks(0, 40 * kMs), 60 + 50);  // b waits
+  EXPECT_NEAR(load.RemainingPrefillBlocks(0, 120 * kMs), 0 + 30, 1e-9);  // b since 100 ms
+  EXPECT_DOUBLE_EQ(load.RemainingPrefillBlocks(0, 500 * kMs), 0);       // overdue: 0
+  EXPECT_NEAR(load.TermsOf(0, 0, 120 * kMs).load, 30, 1e-9);
+
+  LoadState off;  // the default: blocks until confirmed, whatever the time
+  auto c = off.AddActive(0, kPrefix, 0, Timed(100, 0));
+  EXPECT_DOUBLE_EQ(off.Load(0, 0, 500 * kMs), 100);
+  EXPECT_DOUBLE_EQ(off.RemainingPrefillBlocks(0, 500 * kMs), 100);
+}
+
+// The rate is learned from completions with a time (PrefillDone(now), or Settle(now)
+// finding the last block): an EWMA of (blocks, ns since the last completion or the
+// dispatch), with the seed as a 50 ms prior. The next request in the queue starts at
+// the completion.
+TEST(LoadStateTest, TimedPrefillLearnsTheRateFromCompletions) {
+  LoadState load(TimedOptions());
+  auto a = load.AddActive(0, kPrefix, 0, Timed(100, 0));
+  auto b = load.AddActive(0, {}, 1, Timed(50, 10 * kMs, 99));
+  a.PrefillDone(50 * kMs);  // 100 blocks in 50 ms; with the prior (50 blocks, 50 ms):
+  EXPECT_DOUBLE_EQ(load.PrefillRate(0), 150.0 / 100 * 1000);
+  EXPECT_DOUBLE_EQ(load.RemainingPrefillBlocks(0, 70 * kMs), 50 - 20 * 1.5);
+  a.PrefillDone(60 * kMs);  // idempotent: no second sample
+  EXPECT_DOUBLE_EQ(load.PrefillRate(0), 1500);
+  // b's last block confirmed by the view at 75 ms: 50 blocks in 25 ms, the sums decayed.
+  load.Settle(0, [](BlockHash) { return true; }, 75 * kMs);
+  EXPECT_EQ(load.PrefillingRequests(0), 0u);
+  const double blocks = 100 * 0.9 + 50, ns = 50 * 0.9 + 25;
+  EXPECT_NEAR(load.PrefillRate(0), (blocks + 50) / (ns + 50) * 1000, 1e-6);
+  // Without a time (PrefillDone(), a release) nothing is sampled.
+  const double rate = load.PrefillRate(0);
+  auto c = load.AddActive(0, {}, 1, Timed(10, 80 * kMs));
+  c.PrefillDone();
+  auto d = load.AddActive(0, {}, 1, Timed(10, 90 * kMs));
+  d.Release();
+  EXPECT_DOUBLE_EQ(load.PrefillRate(0), rate);
+  EXPECT_DOUBLE_EQ(load.PrefillRate(7), 1000);  // a target never seen: the seed
+}
+
+// With the timed prefill on, the pick's terms come from the slot at `now` (the hot row
+// cannot hold a term that depends on it), and a settle skipped for an unchanged view
+// and no new prefill misses no completion: a state settled with view versions learns
+// the same rates and gives the same terms as one settled every time.
+TEST(LoadStateTest, TimedTermsAndRatesWithSkippedSettles) {
+  LoadOptions options;
+  options.timed_prefill = true;
+  options.prefill_rate_blocks_per_s = 1000;
+  LoadState skipping(options);
+  LoadState every(options);
+  Random random(25);
+  constexpr TargetId kTargets = 4;
+  struct Request {
+    LoadState::ActiveGuard a, b;
+  };
+  std::vector<Request> requests;
+  BlockHash next_hash = 1;
+  BlockHash view_cutoff[kTargets] = {};
+  int64_t now = 0;
+  size_t settled = 0;
+  for (int step = 0; step < 3000; ++step) {
+    now += static_cast<int64_t>(random.Uniform(5)) * kMs;
+    const TargetId t = static_cast<TargetId>(random.Uniform(kTargets));
+    switch (random.Uniform(4)) {
+      case 0: {  // a pick
+        std::vector<BlockHash> chain;
+        const size_t len = 1 + random.Uniform(8);
+        for (size_t k = 0; k < len; ++k) chain.push_back(next_hash++);
+        const PendingPrefill prefill{
+            .blocks = static_cast<double>(1 + random.Uniform(len)),
+            .last_block = chain.back(),
+            .first_block = random.Uniform(len),
+            .dispatched_ns = now};
+        requests.push_back({skipping.AddActive(t, chain, 0, prefill),
+                            every.AddActive(t, chain, 0, prefill)});
+        break;
+      }
+      case 1:  // a first token, with its time
+        if (!requests.empty()) {
+          Request& r = requests[random.Uniform(requests.size())];
+          r.a.PrefillDone(now);
+          r.b.PrefillDone(now);
+        }
+        break;
+      case 2:
+        if (!requests.empty()) {
+          const size_t k = random.Uniform(requests.size());
+          requests.erase(requests.begin() + static_cast<std::ptrdiff_t>(k));
+        }
+        break;
+      case 3: {  // the view grows (or not), then the target is settled at `now`
+        if (random.Uniform(2) == 0) view_cutoff[t] = next_hash - random.Uniform(6);
+        const BlockHash cutoff = view_cutoff[t];
+        const auto confirmed = [&](BlockHash h) { return h < cutoff; };
+        skipping.Settle(t, cutoff + 1, confirmed, now);
+        every.Settle(t, confirmed, now);
+        ++settled;
+        break;
+      }
+    }
+    for (TargetId u = 0; u < kTargets; ++u) {
+      ASSERT_EQ(skipping.PrefillRate(u), every.PrefillRate(u)) << "step " << step;
+      ASSERT_EQ(skipping.TermsOf(u, 0, now).load, every.TermsOf(u, 0, now).load)
+          << "step " << step;
+      ASSERT_EQ(skipping.TermsOf(u, 0, now).load, skipping.RemainingPrefillBlocks(u, now))
+          << "step " << step;
+    }
+  }
+  EXPECT_GT(settled, 500u);
+  EXPECT_NE(every.PrefillRate(0), 1000);  // completions were sampled
+}
+
 TEST(LoadStateTest, ParseLoadTerm) {
   EXPECT_EQ(*ParseLoadTerm("work"), LoadTerm::kWork);
   EXPECT_EQ(*ParseLoadTerm("spec"), LoadTerm::kSpec);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -77,7 +78,9 @@ LoadOptions PolicyConfig::Load() const {
                      .kv_pressure_threshold = kv_pressure_threshold,
                      .kv_pressure_slope = kv_pressure_slope,
                      .decode_load_blocks = decode_load_blocks,
-                     .seq_wait_blocks = seq_wait_blocks};
+                     .seq_wait_blocks = seq_wait_blocks,
+                     .timed_prefill = timed_prefill,
+                     .prefill_rate_blocks_per_s = prefill_rate};
 }
 
 absl::Status PolicyConfig::Validate() const {
@@ -108,6 +111,10 @@ absl::Status PolicyConfig::Validate() const {
       return s;
     }
   }
+  if (!std::isfinite(prefill_rate) || prefill_rate <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-prefill-rate must be a finite number > 0, got ", prefill_rate));
+  }
   if (!(recent_decay >= 0 && recent_decay <= 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--kv-recent-decay must be in [0, 1], got ", recent_decay));
@@ -131,9 +138,10 @@ std::string FormatPickLog(const PickResult& r) {
                       " mm_images=", r.mm_images, " mm_affinity_hits=", r.mm_affinity_hits);
 }
 
-Selector::Selector(const PolicyConfig& config, const KvIndex& index)
+Selector::Selector(const PolicyConfig& config, const KvIndex& index, const Clock* clock)
     : config_(config),
       index_(index),
+      clock_(clock),
       load_(config.Load()),
       images_(ImageAffinity::kDefaultCapacity),
       random_(config.random_seed) {
@@ -169,6 +177,7 @@ absl::StatusOr<PickResult> Selector::Pick(const RoutingInput& input,
     }
   }
   chains_used_ = 0;
+  now_ns_ = Now();
   PickResult result;
   double missed = -1;  // < 0: the whole prompt
   switch (config_.policy) {
@@ -213,16 +222,19 @@ double Selector::Settle(std::span<const TargetId> candidates, bool from_views, b
     const TargetId t = candidates[i];
     load_.ObserveCachedBlocks(t, index_.BlockCount(t));
     if (config_.settle_from_views && from_views) {
-      load_.Settle(t, index_.ViewVersion(t), [&](BlockHash h) {
-        for (Tier tier : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
-          if (index_.Holds(t, h, tier)) return true;
-        }
-        return false;
-      });
+      load_.Settle(
+          t, index_.ViewVersion(t),
+          [&](BlockHash h) {
+            for (Tier tier : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
+              if (index_.Holds(t, h, tier)) return true;
+            }
+            return false;
+          },
+          clock_ != nullptr ? std::optional<int64_t>(now_ns_) : std::nullopt);
     }
     prefilling += static_cast<double>(load_.PrefillingRequests(t));
     // Settling t changes no other target's load: its terms are final here.
-    if (terms) terms_[i] = load_.TermsOf(t, request_blocks_[i]);
+    if (terms) terms_[i] = load_.TermsOf(t, request_blocks_[i], now_ns_);
   }
   return prefilling;
 }
@@ -442,7 +454,7 @@ PickResult Selector::PickPeer(const RoutingInput& input, std::span<const TargetI
   result.hits = signals_[best].hits;
   result.cache_hits = signals_[best].hits.total();
   result.credited = DynamoCredit(signals_[best], config_.dynamo);
-  result.load = load_.Load(winner, request_blocks_[best]);
+  result.load = load_.Load(winner, request_blocks_[best], now_ns_);
   if (policy == Policy::kSglang && use_tokens) {
     // The tree learns every routed request (SGLang inserts it whichever branch chose).
     std::vector<BlockHash> removed;
@@ -468,7 +480,7 @@ size_t Selector::PickLeastLoad(const RoutingInput& input, std::span<const Target
   size_t best = start;
   for (size_t k = 0; k < n; ++k) {
     const size_t i = (start + k) % n;
-    costs_scratch_[i] = load_.Load(candidates[i], BlocksOf(input, block_sizes_[i]));
+    costs_scratch_[i] = load_.Load(candidates[i], BlocksOf(input, block_sizes_[i]), now_ns_);
     if (k > 0 && Less(costs_scratch_[i], costs_scratch_[best])) best = i;
   }
   return best;
@@ -495,6 +507,7 @@ void Selector::Finish(const RoutingInput& input, TargetId picked, double missed_
     result.request_blocks = static_cast<uint32_t>(input.estimated_tokens / block_size);
   }
   prefill.blocks = missed_blocks < 0 ? result.request_blocks : missed_blocks;
+  prefill.dispatched_ns = now_ns_;
   // kv-aware: the prefill starts after the consecutive hits; other policies did not
   // look, so its progress is counted from block 0 (blocks cached already count as done).
   // The credited in-flight run is not computed here either.
@@ -510,10 +523,12 @@ void Selector::Finish(const RoutingInput& input, TargetId picked, double missed_
 }
 
 double Selector::MinLoad(std::span<const TargetId> candidates) {
+  now_ns_ = Now();
   Settle(candidates, /*from_views=*/config_.policy != Policy::kDynamo, /*decay=*/false);
   double best = std::numeric_limits<double>::infinity();
   for (TargetId t : candidates) {
-    best = std::min(best, load_.PendingPrefillBlocks(t) + load_.RemotePendingPrefillBlocks(t));
+    best = std::min(best, load_.RemainingPrefillBlocks(t, now_ns_) +
+                              load_.RemotePendingPrefillBlocks(t));
   }
   return candidates.empty() ? 0.0 : best;
 }

@@ -17,6 +17,8 @@
 //        default), divided by 1 + the candidates' mean requests in prefill
 //        (--load-queue-scaling), + the sequence-slot wait (--kv-seq-wait-load, not
 //        divided; on engines whose max_num_seqs is known: LoadState::SetMaxSeqs);
+//        with --kv-timed-prefill the pending prefill is what is left after the time
+//        since each dispatch at the target's learned rate (the injected clock's now);
 //        spec: active blocks + recent blocks.
 //    Requests without token ids have no cache term (w_overlap = 0).
 //    Requests with images (mixed/prefill roles): w_overlap = 0 and an image term
@@ -109,6 +111,11 @@ struct PolicyConfig {
   double kv_pressure_slope = 1.0;                // cost per in-flight block past it
   double decode_load_blocks = 0;                 // --kv-decode-load (0 = off)
   double seq_wait_blocks = 256;                  // --kv-seq-wait-load (0 = off)
+  // work term: pending prefill less its elapsed time's progress at the target's learned
+  // prefill rate (--kv-timed-prefill), seeded by prefill_rate (--kv-prefill-rate,
+  // blocks per second). Needs the selector's clock.
+  bool timed_prefill = false;
+  double prefill_rate = 3000;
   // kv-aware: credit a candidate's in-flight run (the chain's blocks past its view's
   // hits that its in-flight requests hold) as hits, × this weight (--kv-inflight-credit;
   // 0 = off), while fewer than `inflight_credit_holders` in-flight requests on it hold
@@ -132,8 +139,8 @@ struct PolicyConfig {
   // The overlap weight for `role`: the per-role weight when set, else the global one.
   double OverlapWeight(Role role) const;
   LoadOptions Load() const;
-  // InvalidArgument for negative or non-finite weights, or a decay or threshold
-  // outside [0, 1].
+  // InvalidArgument for negative or non-finite weights, a decay or threshold outside
+  // [0, 1], or a prefill rate that is not > 0.
   absl::Status Validate() const;
 };
 
@@ -202,8 +209,10 @@ std::string FormatPickLog(const PickResult& result);
 
 class Selector {
  public:
-  // REQUIRES: config.Validate().ok(). `index` must outlive the selector.
-  Selector(const PolicyConfig& config, const KvIndex& index);
+  // REQUIRES: config.Validate().ok(). `index` (and `clock`) must outlive the selector.
+  // `clock`: the time of picks and settles (the timed prefill's now and the prefill
+  // rate's samples); null: always 0.
+  Selector(const PolicyConfig& config, const KvIndex& index, const Clock* clock = nullptr);
   Selector(const Selector&) = delete;
   Selector& operator=(const Selector&) = delete;
 
@@ -267,8 +276,12 @@ class Selector {
   void Finish(const RoutingInput& input, TargetId picked, double missed_blocks, PickResult& result);
   const std::vector<BlockHash>& ChainFor(const RoutingInput& input, size_t block_size);
 
+  int64_t Now() const { return clock_ != nullptr ? clock_->NowNs() : 0; }
+
   PolicyConfig config_;
   const KvIndex& index_;
+  const Clock* clock_;
+  int64_t now_ns_ = 0;  // the current pick's Now()
   LoadState load_;
   ImageAffinity images_;
   PredictionTracker predictions_;

@@ -728,6 +728,45 @@ TEST_F(SelectorTest, SeqWaitSendsTheRequestAwayFromAnEngineAtMaxNumSeqs) {
   }
 }
 
+// --kv-timed-prefill (off by default): W0 and W1 each compute a 20-block prefill, W0's
+// dispatched 10 ms earlier. Untimed they tie (20 each) and the rotation decides; timed
+// (1000 blocks/s: 1 block per ms) W0's is 10 blocks further on, so a cold request goes
+// to W0, the one round-robin would pick (its prefill is the most advanced).
+TEST_F(SelectorTest, TimedPrefillPrefersTheMostAdvancedPrefill) {
+  constexpr int64_t kMs = 1'000'000;
+  for (bool timed : {false, true}) {
+    PolicyConfig c;
+    c.timed_prefill = timed;
+    c.prefill_rate = 1000;
+    ManualClock clock(0);
+    busy_.clear();
+    selector_ = std::make_unique<Selector>(c, index_, &clock);
+    Selector& s = *selector_;
+    const std::vector<TokenId> a = OtherTokens(20, 5000), b = OtherTokens(20, 9000);
+    RoutingInput in = Input();
+    const TargetId only_w0[] = {w0_}, only_w1[] = {w1_};
+    in.tokens = std::span<const TokenId>(a);
+    auto p0 = s.Pick(in, only_w0);
+    clock.Set(10 * kMs);
+    in.tokens = std::span<const TokenId>(b);
+    auto p1 = s.Pick(in, only_w1);
+    ASSERT_TRUE(p0.ok() && p1.ok());
+    clock.Set(15 * kMs);
+    const TargetId cands[] = {w1_, w0_};
+    for (int k = 0; k < 2; ++k) {  // both rotation starts
+      auto p = s.Pick(Input(), cands);
+      ASSERT_TRUE(p.ok());
+      if (timed) {
+        EXPECT_EQ(p->picked, w0_);
+        EXPECT_DOUBLE_EQ(p->load, 5.0 / 2);  // 20 − 15 blocks left, scaled by 1 + 2 / 2
+      } else {
+        EXPECT_DOUBLE_EQ(p->costs[0], p->costs[1]);
+      }
+      p->guard.Release();
+    }
+  }
+}
+
 // Hot-prefix replication (Preble's idea, issue 25) falls out of the cost: W0 holds the
 // hot prompt but has 3 of them prefilling (30 blocks); scaled by 1 + 1.5 that is 12,
 // more than cold W1's 10 misses, so W1 computes it and becomes its second home; once

@@ -127,15 +127,17 @@ absl::Status NatsConnection::EnsureStream(const NatsStreamLimits& limits) {
   return NatsError("create stream " + name, s, jerr);
 }
 
-absl::StatusOr<uint64_t> NatsConnection::StreamLastSeq() {
+absl::StatusOr<NatsStreamPosition> NatsConnection::StreamPosition() {
   const std::string name(kNatsStreamName);
   jsStreamInfo* si = nullptr;
   jsErrCode jerr = static_cast<jsErrCode>(0);
   natsStatus s = js_GetStreamInfo(&si, js_, name.c_str(), nullptr, &jerr);
   if (s != NATS_OK) return NatsError("stream info " + name, s, jerr);
-  const uint64_t last = si->State.LastSeq;
+  const NatsStreamPosition position{.first_seq = si->State.FirstSeq,
+                                    .last_seq = si->State.LastSeq,
+                                    .created_ns = static_cast<uint64_t>(si->Created)};
   jsStreamInfo_Destroy(si);
-  return last;
+  return position;
 }
 
 absl::StatusOr<std::optional<uint64_t>> NatsConnection::LastEngineSeq(const std::string& subject) {

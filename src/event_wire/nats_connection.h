@@ -34,6 +34,13 @@ struct NatsOptions {
   std::function<void(natsSubscription* sub, natsStatus s)> on_async_error;
 };
 
+// What the router reads of the stream at subscribe time (doc/snapshot.md §6.4).
+struct NatsStreamPosition {
+  uint64_t first_seq = 0;   // the oldest message still held (last + 1 when empty)
+  uint64_t last_seq = 0;    // 0: nothing was ever stored
+  uint64_t created_ns = 0;  // the stream's creation time (unix ns): a recreated stream differs
+};
+
 // --nats-stream-max-bytes / --nats-stream-max-msgs (Infera's defaults).
 struct NatsStreamLimits {
   int64_t max_bytes = int64_t{256} << 20;
@@ -53,8 +60,8 @@ class NatsConnection {
   int64_t request_timeout_ms() const { return options_.request_timeout_ms; }
 
   absl::Status EnsureStream(const NatsStreamLimits& limits);
-  // The stream's last sequence number (0: empty).
-  absl::StatusOr<uint64_t> StreamLastSeq();
+  // The stream's first and last sequence numbers and its creation time.
+  absl::StatusOr<NatsStreamPosition> StreamPosition();
   // The Infera-Seq header of the last message on `subject`; nullopt: none stored.
   absl::StatusOr<std::optional<uint64_t>> LastEngineSeq(const std::string& subject);
 

@@ -892,20 +892,14 @@ void KvEventIngestor::SwapInStaging(const std::vector<std::shared_ptr<Conn>>& co
   core::KvIndex staging = std::move(staging_);
   {
     base::MutexLock lock(registry_mu_);
-    std::vector<core::TargetId> ids;
     bool salted = false;
     const size_t staged = staging.Targets().size();  // the records' ids: 0..staged-1
     {
       ReaderLock index_lock(index_mu_);
-      ids = index_.Targets();
       salted = index_.SaltedTraffic();
       // Targets discovery added since the records: nothing was removed from either
       // index, so in id order they get the same ids in the staging index.
-      std::sort(ids.begin(), ids.end());
-      for (core::TargetId id : ids) {
-        if (id < staged) continue;
-        if (staging.AddTarget(index_.Key(id), index_.BlockSize(id)) != id) std::abort();
-      }
+      AddTargetsAddedSince(index_, staged, staging);
     }
     for (auto& [name, c] : registry_) {
       staging.AddTarget(c->spec.key, c->spec.block_size);

@@ -33,6 +33,7 @@ constexpr size_t kBufferBytes = 1 << 20;
 // Record bytes after the worker id and before the blocks (§4.3).
 constexpr size_t kRecordFixedBytes = 4 + 4 + 8 + 8 + 1 + 8 + 8 + 8 + 4;
 constexpr size_t kBlockFixedBytes = 8 + 4 + 1 + 1 + 4;
+static_assert(kBlockFixedBytes == kSnapshotMinBlockBytes);
 constexpr uint8_t kRecordComplete = 1;
 constexpr uint8_t kRecordHasPosition = 2;
 constexpr uint8_t kRecordEvictedSinceClear = 4;
@@ -463,6 +464,58 @@ bool SnapshotReader::CheckHeader(const SnapshotExpect& expect) {
   return true;
 }
 
+RecordParse ParseSnapshotRecord(const uint8_t* data, size_t pos, size_t end, size_t& next,
+                                std::string& what) {
+  if (end - pos < 6) {
+    what = "bad record magic";
+    return RecordParse::kShort;
+  }
+  if (std::memcmp(data + pos, kRecordMagic, 4) != 0) {
+    what = "bad record magic";
+    return RecordParse::kCorrupt;
+  }
+  size_t id_len = Get(data + pos + 4, 2);
+  if (end - pos - 6 < id_len + kRecordFixedBytes) {
+    what = "record past the end";
+    return RecordParse::kShort;
+  }
+  const uint8_t* fixed = data + pos + 6 + id_len;
+  if (Get(fixed + 4, 4) == 0) {
+    what = "block size 0";
+    return RecordParse::kCorrupt;
+  }
+  uint64_t count = Get(fixed + kRecordFixedBytes - 4, 4);
+  size_t p = pos + 6 + id_len + kRecordFixedBytes;
+  for (uint64_t i = 0; i < count; ++i) {
+    if (end - p < kBlockFixedBytes) {
+      what = absl::StrCat("block ", i, " past the end");
+      return RecordParse::kShort;
+    }
+    uint32_t parent = static_cast<uint32_t>(Get(data + p + 8, 4));
+    if (parent != core::kViewParentRoot && parent != core::kViewParentUnknown && parent >= i) {
+      what = absl::StrCat("parent ", parent, " >= ", i);
+      return RecordParse::kCorrupt;
+    }
+    size_t engines = data[p + 13];
+    if ((end - p - kBlockFixedBytes) / 8 < engines) {
+      what = "engine hashes past the end";
+      return RecordParse::kShort;
+    }
+    p += kBlockFixedBytes + 8 * engines;
+  }
+  next = p;
+  return RecordParse::kOk;
+}
+
+uint32_t SnapshotRecordBlockCount(const uint8_t* data, size_t pos) {
+  const uint8_t* fixed = data + pos + 6 + Get(data + pos + 4, 2);
+  return static_cast<uint32_t>(Get(fixed + kRecordFixedBytes - 4, 4));
+}
+
+bool SnapshotHeaderSalted(const uint8_t* header) { return (header[33] & 1) != 0; }
+
+uint64_t SnapshotFooterDistinctHashes(const uint8_t* footer) { return Get(footer + 16, 8); }
+
 bool SnapshotReader::ParseRecords() {
   const size_t end = size_ - kSnapshotFooterBytes;
   size_t pos = kSnapshotHeaderBytes;
@@ -471,29 +524,14 @@ bool SnapshotReader::ParseRecords() {
     Refuse(LoadResult::kRefusedCorrupt, absl::StrCat("record ", records_.size(), ": ", what));
     return false;
   };
+  std::string what;
   while (pos < end) {
     if (records_.size() >= footer_.target_count) return corrupt("more records than the footer's");
-    if (end - pos < 6 || std::memcmp(data_ + pos, kRecordMagic, 4) != 0)
-      return corrupt("bad record magic");
-    size_t id_len = Get(data_ + pos + 4, 2);
-    if (end - pos - 6 < id_len + kRecordFixedBytes) return corrupt("record past the end");
-    const uint8_t* fixed = data_ + pos + 6 + id_len;
-    if (Get(fixed + 4, 4) == 0) return corrupt("block size 0");
-    uint64_t count = Get(fixed + kRecordFixedBytes - 4, 4);
-    size_t p = pos + 6 + id_len + kRecordFixedBytes;
-    for (uint64_t i = 0; i < count; ++i) {
-      if (end - p < kBlockFixedBytes) return corrupt(absl::StrCat("block ", i, " past the end"));
-      uint32_t parent = static_cast<uint32_t>(Get(data_ + p + 8, 4));
-      if (parent != core::kViewParentRoot && parent != core::kViewParentUnknown && parent >= i) {
-        return corrupt(absl::StrCat("parent ", parent, " >= ", i));
-      }
-      size_t engines = data_[p + 13];
-      if ((end - p - kBlockFixedBytes) / 8 < engines) return corrupt("engine hashes past the end");
-      p += kBlockFixedBytes + 8 * engines;
-    }
-    blocks += count;
+    size_t next = 0;
+    if (ParseSnapshotRecord(data_, pos, end, next, what) != RecordParse::kOk) return corrupt(what);
+    blocks += SnapshotRecordBlockCount(data_, pos);
     records_.push_back(pos);
-    pos = p;
+    pos = next;
   }
   if (records_.size() != footer_.target_count) {
     return corrupt(absl::StrCat("footer says ", footer_.target_count, " targets"));
@@ -505,10 +543,17 @@ bool SnapshotReader::ParseRecords() {
 }
 
 void SnapshotReader::ReadRecordHead(size_t i, SnapshotRecord& out) const {
-  size_t pos = records_[i];
-  size_t id_len = Get(data_ + pos + 4, 2);
-  out.key.worker_id.assign(reinterpret_cast<const char*>(data_ + pos + 6), id_len);
-  const uint8_t* f = data_ + pos + 6 + id_len;
+  DecodeSnapshotRecordHead(data_, records_[i], out);
+}
+
+void SnapshotReader::ReadRecord(size_t i, SnapshotRecord& out) const {
+  DecodeSnapshotRecord(data_, records_[i], out);
+}
+
+void DecodeSnapshotRecordHead(const uint8_t* data, size_t pos, SnapshotRecord& out) {
+  size_t id_len = Get(data + pos + 4, 2);
+  out.key.worker_id.assign(reinterpret_cast<const char*>(data + pos + 6), id_len);
+  const uint8_t* f = data + pos + 6 + id_len;
   out.key.dp_rank = static_cast<uint32_t>(Get(f, 4));
   out.block_size = static_cast<uint32_t>(Get(f + 4, 4));
   out.view.blocks.clear();
@@ -525,9 +570,9 @@ void SnapshotReader::ReadRecordHead(size_t i, SnapshotRecord& out) const {
   out.position.stream_seq = Get(f + 41, 8);
 }
 
-void SnapshotReader::ReadRecord(size_t i, SnapshotRecord& out) const {
-  ReadRecordHead(i, out);
-  const uint8_t* f = data_ + records_[i] + 6 + Get(data_ + records_[i] + 4, 2);
+void DecodeSnapshotRecord(const uint8_t* data, size_t pos, SnapshotRecord& out) {
+  DecodeSnapshotRecordHead(data, pos, out);
+  const uint8_t* f = data + pos + 6 + Get(data + pos + 4, 2);
   size_t count = Get(f + 49, 4);
   const uint8_t* p = f + kRecordFixedBytes;
   out.view.blocks.reserve(count);

@@ -240,6 +240,8 @@ class SnapshotReader {
   // Decodes record i but its blocks: key, block size, position, the view's bound and
   // eviction state (`out.view`'s blocks and engine hashes are left empty).
   void ReadRecordHead(size_t i, SnapshotRecord& out) const;
+  // The records' byte offsets in the file, in its order.
+  const std::vector<size_t>& record_offsets() const { return records_; }
   // Unmaps the file (records can no longer be read).
   void Release();
 
@@ -258,5 +260,26 @@ class SnapshotReader {
   SnapshotFooter footer_;
   std::vector<size_t> records_;  // offsets of the records' magic
 };
+
+// The record layer of the reader, shared with the build that consumes a file as a peer
+// fetch receives it (kv_snapshot_stream.h). ParseSnapshotRecord checks the structure of
+// the record at byte `pos` of data[0, end): kOk sets `next` to the byte after it;
+// kShort: the record does not end before `end` (a whole file: corrupt; a file still
+// arriving: wait for more); kCorrupt: it never will parse. `what` says why (the
+// refusal's detail).
+enum class RecordParse : uint8_t { kOk, kShort, kCorrupt };
+RecordParse ParseSnapshotRecord(const uint8_t* data, size_t pos, size_t end, size_t& next,
+                                std::string& what);
+// The block count of a record ParseSnapshotRecord accepted.
+uint32_t SnapshotRecordBlockCount(const uint8_t* data, size_t pos);
+// Decode a record ParseSnapshotRecord accepted (the Head: all but its blocks).
+void DecodeSnapshotRecordHead(const uint8_t* data, size_t pos, SnapshotRecord& out);
+void DecodeSnapshotRecord(const uint8_t* data, size_t pos, SnapshotRecord& out);
+// Fields of a header (kSnapshotHeaderBytes at `header`) and a footer (kSnapshotFooterBytes
+// at `footer`) not yet checked, as the streamed build uses them before the check: the
+// salted-traffic flag, the rows to reserve, and the fewest bytes a block takes in a file.
+bool SnapshotHeaderSalted(const uint8_t* header);
+uint64_t SnapshotFooterDistinctHashes(const uint8_t* footer);
+inline constexpr size_t kSnapshotMinBlockBytes = 18;
 
 }  // namespace infera::events

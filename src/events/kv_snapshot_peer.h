@@ -29,6 +29,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +37,7 @@
 #include "absl/status/status.h"
 #include "base/mutex.h"
 #include "events/kv_snapshot.h"
+#include "events/kv_snapshot_stream.h"
 
 namespace infera::events {
 
@@ -115,6 +117,9 @@ struct PeerFetchOptions {
   // them later (off the join's critical path: a file torn by a crash before that is
   // refused by the next start's checks, like any torn file).
   bool sync = true;
+  // true: build the staging index from the chunks as they arrive (SnapshotStreamBuild,
+  // doc/snapshot.md §9.1); the outcome carries the build, taken by the start-up load.
+  bool stream_build = false;
 };
 
 struct PeerFetchOutcome {
@@ -129,6 +134,15 @@ struct PeerFetchOutcome {
   // kOk: the fetched file as checked (mapped, every load check passed), now at the
   // path; the start-up load takes it instead of checking the same bytes again.
   std::optional<SnapshotReader> checked;
+  // kOk with options.stream_build: the build of the fetched bytes, still running.
+  std::unique_ptr<SnapshotStreamBuild> stream;
+};
+
+// What a peer join hands to the start-up load (KvSnapshotLoad::Open): the fetched file
+// as checked and, when streamed, the build of its bytes.
+struct FetchedSnapshot {
+  std::optional<SnapshotReader> checked;
+  std::unique_ptr<SnapshotStreamBuild> stream;
 };
 
 // Connects to options.nats_url, fetches the newest compatible peer snapshot into

@@ -8,12 +8,14 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "core/hashing.h"
 #include "events/kv_snapshot_peer.h"
 #include "events/kv_snapshot_peer_wire.h"
+#include "events/kv_snapshot_stream.h"
 
 namespace infera::events {
 namespace {
@@ -115,9 +117,11 @@ class Fetch {
 
   size_t received() const { return received_; }
   bool sync() const { return options_.sync; }
+  bool stream_build() const { return options_.stream_build; }
 
-  // The chunks of `offer` into `fd` at their offsets.
-  std::optional<Failure> Chunks(const SnapshotOffer& offer, int fd);
+  // The chunks of `offer` into `fd` at their offsets: the footer's first, then the rest
+  // in order; `stream` (may be null) is told the prefix written after every chunk.
+  std::optional<Failure> Chunks(const SnapshotOffer& offer, int fd, SnapshotStreamBuild* stream);
 
  private:
   void Insert(const SnapshotOffer& offer) {
@@ -151,7 +155,8 @@ class Fetch {
   std::vector<SnapshotOffer> offers_;  // not yet tried, best first
 };
 
-std::optional<Failure> Fetch::Chunks(const SnapshotOffer& offer, int fd) {
+std::optional<Failure> Fetch::Chunks(const SnapshotOffer& offer, int fd,
+                                     SnapshotStreamBuild* stream) {
   const std::string subject = SnapshotChunkSubject(offer.instance);
   const std::string prefix = inbox_ + "." + std::to_string(++transfer_) + ".";
   struct Pending {
@@ -169,10 +174,18 @@ std::optional<Failure> Fetch::Chunks(const SnapshotOffer& offer, int fd) {
     p.deadline_ms = SteadyMs() + options_.chunk_timeout_ms;
     ++p.attempts;
   };
-  uint64_t next = 0, done = 0;
+  // The footer's chunks (the last, or the last two when the footer straddles them) go
+  // first: the streamed build reserves its index from the footer before any record.
+  const uint64_t footer_chunk = (offer.size - kSnapshotFooterBytes) / offer.chunk_size;
+  auto nth = [&](uint64_t k) {  // the k-th chunk to request
+    const uint64_t tail = offer.chunks - footer_chunk;
+    return k < tail ? footer_chunk + k : k - tail;
+  };
+  std::vector<bool> in(offer.chunks, false);
+  uint64_t next = 0, done = 0, front = 0, footer_in = 0;  // front: chunks in without a hole
   while (done < offer.chunks) {
     while (pending.size() < static_cast<size_t>(options_.in_flight) && next < offer.chunks) {
-      send(next++);
+      send(nth(next++));
     }
     int64_t earliest = INT64_MAX;
     for (const auto& [index, p] : pending) earliest = std::min(earliest, p.deadline_ms);
@@ -228,6 +241,13 @@ std::optional<Failure> Fetch::Chunks(const SnapshotOffer& offer, int fd) {
     }
     pending.erase(index);
     ++done;
+    in[index] = true;
+    if (index >= footer_chunk) ++footer_in;
+    while (front < offer.chunks && in[front]) ++front;
+    if (stream != nullptr) {
+      stream->Received(std::min(front * offer.chunk_size, offer.size),
+                       footer_in == offer.chunks - footer_chunk);
+    }
   }
   return std::nullopt;
 }
@@ -239,10 +259,15 @@ std::optional<Failure> FetchOffer(Fetch& fetch, const SnapshotOffer& offer,
   PosixSnapshotFs fs;
   const std::string temp = id.path + ".tmp." + std::to_string(getpid());
   (void)fs.Unlink(temp);
-  const int fd = open(temp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  const int fd = open(temp.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) return Failure{PeerFetchResult::kIo, "open " + temp + ": " + strerror(errno)};
+  // The streamed build maps the whole file: it is sized first (the chunks fill it).
+  std::unique_ptr<SnapshotStreamBuild> stream;
+  if (fetch.stream_build() && ftruncate(fd, static_cast<off_t>(offer.size)) == 0) {
+    stream = std::make_unique<SnapshotStreamBuild>(fd, offer.size);
+  }
   int64_t t = SteadyMs();
-  std::optional<Failure> failure = fetch.Chunks(offer, fd);
+  std::optional<Failure> failure = fetch.Chunks(offer, fd, stream.get());
   times.transfer_ms = SteadyMs() - t;
   t = SteadyMs();
   if (failure && failure->switched) {
@@ -282,6 +307,7 @@ std::optional<Failure> FetchOffer(Fetch& fetch, const SnapshotOffer& offer,
     } else {
       if (fetch.sync()) (void)fs.SyncDir(SnapshotDir(id.path));
       times.checked = std::move(checked);  // the mapping outlives the rename
+      times.stream = std::move(stream);    // and so does the build's
       return std::nullopt;
     }
   }

@@ -4,9 +4,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <utility>
 
+#include "absl/strings/str_format.h"
 #include "core/hashing.h"
 
 namespace infera::events {
@@ -41,7 +44,8 @@ std::string_view VerifyResultName(VerifyResult result) {
 std::unique_ptr<KvSnapshotLoad> KvSnapshotLoad::Open(const KvSnapshotOptions& options,
                                                      SnapshotTransport transport,
                                                      std::shared_ptr<KvSnapshotStats> stats,
-                                                     std::optional<SnapshotReader> checked) {
+                                                     std::optional<SnapshotReader> checked,
+                                                     std::unique_ptr<SnapshotStreamBuild> stream) {
   if (!options.enabled()) return nullptr;
   PosixSnapshotFs fs;
   const size_t stale = RemoveStaleSnapshotTemps(fs, options.path, getpid());
@@ -70,8 +74,10 @@ std::unique_ptr<KvSnapshotLoad> KvSnapshotLoad::Open(const KvSnapshotOptions& op
   spdlog::info("kv-snapshot: loaded {}: {} targets, {} blocks, age {} s{}", options.path,
                reader.footer().target_count, reader.footer().block_count, age_ms / 1000,
                prechecked ? " (checked by the peer fetch)" : "");
-  return std::unique_ptr<KvSnapshotLoad>(
+  std::unique_ptr<KvSnapshotLoad> load(
       new KvSnapshotLoad(std::move(reader), std::move(stats), start_us));
+  load->stream_ = std::move(stream);
+  return load;
 }
 
 KvSnapshotLoad::KvSnapshotLoad(SnapshotReader reader, std::shared_ptr<KvSnapshotStats> stats,
@@ -86,8 +92,48 @@ KvSnapshotLoad::KvSnapshotLoad(SnapshotReader reader, std::shared_ptr<KvSnapshot
   checked_us_ = SteadyUs() - start_us_;
 }
 
+std::optional<core::KvIndex> KvSnapshotLoad::TakeStream(std::vector<core::TargetId>& failed) {
+  SnapshotStreamBuild::Result r = stream_->Finish();
+  stream_.reset();  // its thread joined, its mapping unmapped
+  const char* refused = !r.complete                             ? "incomplete"
+                        : r.offsets != reader_.record_offsets() ? "not the checked file's records"
+                                                                : nullptr;
+  if (refused != nullptr) {
+    spdlog::warn(
+        "kv-snapshot: the build streamed during the fetch is {} ({}); building from the file",
+        refused, r.error);
+    return std::nullopt;
+  }
+  spdlog::info(
+      "kv-snapshot: the build streamed during the fetch ended {:.3f} s after the last chunk "
+      "(wall {:.3f} s, cpu {:.3f} s, of it waiting for chunks {:.3f} s)",
+      r.after_last_byte_us / 1e6, r.wall_us / 1e6, r.cpu_us / 1e6, r.waited_us / 1e6);
+  failed = std::move(r.failed);
+  for (core::TargetId id : failed) {
+    stats_->refused_corrupt.fetch_add(1);
+    spdlog::warn("kv-snapshot: record of {} is inconsistent: not restored",
+                 r.staging.Key(id).ToString());
+  }
+  Restored(failed, r.blocks, "streamed");
+  return std::move(r.staging);
+}
+
+void KvSnapshotLoad::Restored(const std::vector<core::TargetId>& failed, uint64_t blocks,
+                              const char* how) {
+  reader_.Release();
+  const int64_t took_us = SteadyUs() - start_us_;
+  stats_->restore_us.store(static_cast<uint64_t>(took_us));
+  stats_->restored_blocks.fetch_add(blocks);
+  spdlog::info(
+      "kv-snapshot: restored {} targets ({} blocks) in {:.3f} s after opening the file ({})",
+      records_.size() - failed.size(), blocks, took_us / 1e6, how);
+}
+
 core::KvIndex KvSnapshotLoad::Build(std::vector<core::TargetId>& failed) {
   if (before_build_) before_build_();
+  if (stream_ != nullptr) {
+    if (std::optional<core::KvIndex> staging = TakeStream(failed)) return std::move(*staging);
+  }
   const int64_t build_us = SteadyUs();
   const int64_t start_cpu_us = ThreadCpuUs();
   core::KvIndex staging;
@@ -103,11 +149,10 @@ core::KvIndex KvSnapshotLoad::Build(std::vector<core::TargetId>& failed) {
     reader_.ReadRecord(i, record);
     const int64_t decoded = SteadyUs();
     decode_us += decoded - t;
-    const core::TargetId id = staging.AddTarget(record.key, record.block_size);
-    staging.ReserveTarget(id, record.view.engine_hashes.size());
-    const core::RestoreStatus status = staging.RestoreView(id, record.view);
+    core::TargetId id = 0;
+    const bool ok = RestoreSnapshotRecord(staging, record, id);
     restore_us += SteadyUs() - decoded;
-    if (status != core::RestoreStatus::kOk) {
+    if (!ok) {
       failed.push_back(id);
       stats_->refused_corrupt.fetch_add(1);
       spdlog::warn("kv-snapshot: record of {} is inconsistent: not restored",
@@ -116,18 +161,21 @@ core::KvIndex KvSnapshotLoad::Build(std::vector<core::TargetId>& failed) {
     }
     blocks += record.view.blocks.size();
   }
-  reader_.Release();
-  const int64_t took_us = SteadyUs() - start_us_;
-  stats_->restore_us.store(static_cast<uint64_t>(took_us));
-  stats_->restored_blocks.fetch_add(blocks);
-  spdlog::info(
-      "kv-snapshot: restored {} targets ({} blocks) in {:.3f} s after opening the file (build "
-      "{:.3f} s, cpu {:.3f} s; check {:.3f} s, reserve {:.3f} s, decode {:.3f} s, restore "
-      "{:.3f} s)",
-      records_.size() - failed.size(), blocks, took_us / 1e6, (SteadyUs() - build_us) / 1e6,
-      (ThreadCpuUs() - start_cpu_us) / 1e6, checked_us_ / 1e6, reserve_us / 1e6, decode_us / 1e6,
-      restore_us / 1e6);
+  const std::string how = absl::StrFormat(
+      "build %.3f s, cpu %.3f s; check %.3f s, reserve %.3f s, decode %.3f s, restore %.3f s",
+      (SteadyUs() - build_us) / 1e6, (ThreadCpuUs() - start_cpu_us) / 1e6, checked_us_ / 1e6,
+      reserve_us / 1e6, decode_us / 1e6, restore_us / 1e6);
+  Restored(failed, blocks, how.c_str());
   return staging;
+}
+
+void AddTargetsAddedSince(const core::KvIndex& live, size_t staged, core::KvIndex& staging) {
+  std::vector<core::TargetId> ids = live.Targets();
+  std::sort(ids.begin(), ids.end());
+  for (core::TargetId id : ids) {
+    if (id < staged) continue;
+    if (staging.AddTarget(live.Key(id), live.BlockSize(id)) != id) std::abort();
+  }
 }
 
 RestoredTargets LoadKvSnapshot(const KvSnapshotOptions& options, SnapshotTransport transport,
@@ -180,7 +228,7 @@ bool KvSnapshotter::Due(int64_t now_ns) {
 }
 
 void KvSnapshotter::Begin(const SnapshotHeader& header, uint64_t distinct_hash_count,
-                          int64_t now_ns) {
+                          int64_t now_ns, uint64_t begin_stream_seq) {
   in_cycle_ = true;
   cycle_start_ns_ = now_ns;
   SnapshotHeader h = header;
@@ -188,6 +236,7 @@ void KvSnapshotter::Begin(const SnapshotHeader& header, uint64_t distinct_hash_c
   Item item{.kind = Item::kBegin};
   item.header = std::move(h);
   item.distinct_hash_count = distinct_hash_count;
+  item.begin_stream_seq = begin_stream_seq;
   Enqueue(std::move(item));
 }
 
@@ -255,6 +304,7 @@ void KvSnapshotter::Handle(Item& item, std::unique_ptr<SnapshotWriter>& writer) 
       writer = std::make_unique<SnapshotWriter>(*fs_, options_.path, pid_);
       begin_us = SteadyUs();
       distinct = item.distinct_hash_count;
+      writer_begin_stream_seq_ = item.begin_stream_seq;
       status = writer->Begin(item.header);
       return;
     case Item::kStep:
@@ -268,7 +318,7 @@ void KvSnapshotter::Handle(Item& item, std::unique_ptr<SnapshotWriter>& writer) 
       return;
     case Item::kEnd:
       if (writer == nullptr) return;
-      if (status.ok()) status = writer->Finish(distinct);
+      if (status.ok()) status = writer->Finish(distinct, writer_begin_stream_seq_);
       if (status.ok()) {
         stats_->writes_ok.fetch_add(1);
         stats_->last_write_unix_ms.store(WallMs());

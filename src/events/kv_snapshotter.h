@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "events/kv_snapshot.h"
+#include "events/kv_snapshot_stream.h"
 #include "events/shared_kv_index.h"
 
 namespace infera::events {
@@ -86,22 +87,34 @@ class KvSnapshotLoad {
   // Checks `options.path` (every refusal of §7), counts and logs the outcome; null when
   // there is nothing to restore (off, absent, refused).
   // `checked`: the file at the path as a peer fetch checked it a moment ago (the same
-  // checks; doc/snapshot.md §9.1), taken instead of mapping and checking it again.
+  // checks; doc/snapshot.md §9.1), taken instead of mapping and checking it again;
+  // `stream`: that fetch's build of the same bytes as they arrived (Build takes it when
+  // it restored exactly the checked file's records).
   static std::unique_ptr<KvSnapshotLoad> Open(const KvSnapshotOptions& options,
                                               SnapshotTransport transport,
                                               std::shared_ptr<KvSnapshotStats> stats,
-                                              std::optional<SnapshotReader> checked = {});
+                                              std::optional<SnapshotReader> checked = {},
+                                              std::unique_ptr<SnapshotStreamBuild> stream = {});
   // The records, in the file's order.
   const std::vector<RestoredTarget>& records() const { return records_; }
+  // The file's header and footer (NATS: the stream's creation time and
+  // begin_stream_seq, doc/snapshot.md §6.4); valid after Build too.
+  const SnapshotHeader& header() const { return reader_.header(); }
+  const SnapshotFooter& footer() const { return reader_.footer(); }
   // Restores every record into the returned index and unmaps the file. A record whose
   // view does not restore keeps its target, empty, and its id goes into `failed`
-  // (refused_targets_total{reason="corrupt"}). Logs where the time went.
+  // (refused_targets_total{reason="corrupt"}). Logs where the time went. With a
+  // streamed build (Open's `stream`): waits for it and returns its index when its
+  // records are the checked file's, else builds from the file as without one.
   core::KvIndex Build(std::vector<core::TargetId>& failed);
   // Tests: runs at the start of Build, on its thread (holds a build back).
   void set_before_build(std::function<void()> hook) { before_build_ = std::move(hook); }
 
  private:
   KvSnapshotLoad(SnapshotReader reader, std::shared_ptr<KvSnapshotStats> stats, int64_t start_us);
+  // The streamed build's index when it is the checked file's (none: build from the file).
+  std::optional<core::KvIndex> TakeStream(std::vector<core::TargetId>& failed);
+  void Restored(const std::vector<core::TargetId>& failed, uint64_t blocks, const char* how);
 
   SnapshotReader reader_;
   std::shared_ptr<KvSnapshotStats> stats_;
@@ -109,7 +122,14 @@ class KvSnapshotLoad {
   const int64_t start_us_;  // when Open began (restore_seconds counts from it)
   int64_t checked_us_ = 0;  // map, checksum, parse
   std::function<void()> before_build_;
+  std::unique_ptr<SnapshotStreamBuild> stream_;
 };
+
+// The staging build's end (§6.1 "Built"): adds to `staging` the targets `live` gained
+// after the records' `staged` targets (ids >= staged), in id order, so they get the
+// same ids there. REQUIRES: nothing was removed from either index since the records
+// were registered; the caller holds `live`'s lock.
+void AddTargetsAddedSince(const core::KvIndex& live, size_t staged, core::KvIndex& staging);
 
 // §6.1 in one go (tests): Open, Build, and the staging index swapped into `index` under
 // one exclusive hold; records that did not restore are removed. Returns the restored
@@ -130,7 +150,9 @@ class KvSnapshotter {
   // Whether a periodic snapshot should start now (steady ns; interval after the last
   // cycle ended). A tick while a cycle runs is counted as skipped.
   bool Due(int64_t now_ns);
-  void Begin(const SnapshotHeader& header, uint64_t distinct_hash_count, int64_t now_ns);
+  // `begin_stream_seq`: the footer's (NATS, §4.4; 0 for ZMQ).
+  void Begin(const SnapshotHeader& header, uint64_t distinct_hash_count, int64_t now_ns,
+             uint64_t begin_stream_seq = 0);
   // Blocks while kQueueSteps steps wait for the writer.
   void Push(std::vector<SnapshotRecord> step);
   void End(int64_t now_ns);
@@ -148,6 +170,7 @@ class KvSnapshotter {
     enum Kind : uint8_t { kBegin, kStep, kEnd, kAbort } kind = kEnd;
     SnapshotHeader header = {};
     uint64_t distinct_hash_count = 0;
+    uint64_t begin_stream_seq = 0;
     std::vector<SnapshotRecord> step = {};
   };
   void Enqueue(Item item);
@@ -165,6 +188,7 @@ class KvSnapshotter {
   // Writer thread only: the cycle being written.
   int64_t writer_begin_us_ = 0;
   uint64_t writer_distinct_ = 0;
+  uint64_t writer_begin_stream_seq_ = 0;
   absl::Status writer_status_;
 
   std::mutex mu_;

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <random>
 
 #include "event_wire/nats_subject.h"
 #include "log/steady_clock.h"
@@ -29,6 +30,13 @@ NatsEventSource::NatsEventSource(SharedKvIndex& index, NatsSourceOptions options
     return;
   }
   nc_ = *std::move(nc);
+  if (options_.snapshot.enabled()) {
+    auto stats = options_.snapshot_stats;
+    if (stats == nullptr) stats = std::make_shared<KvSnapshotStats>();
+    snapshotter_ = std::make_unique<KvSnapshotter>(options_.snapshot, std::move(stats));
+    instance_ = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  }
+  if (options_.load != nullptr) RegisterRecords();
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -39,11 +47,14 @@ NatsEventSource::~NatsEventSource() {
   }
   run_cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
+  building_.store(false);  // stopped before the swap: let no caller wait for it
+  run_cv_.NotifyAll();
   DestroySubscription();
   nc_.reset();
 }
 
 void NatsEventSource::Run() {
+  if (load_ != nullptr) BuildAndSwap();  // before the first subscription
   const int64_t start_ns = clock_.NowNs();
   while (true) {
     {
@@ -52,16 +63,17 @@ void NatsEventSource::Run() {
     }
     log_.Flush();  // summaries of suppressed lines whose interval ended
     if (sub_ == nullptr) Subscribe();
+    if (unclaimed_deadline_ns_ >= 0 && clock_.NowNs() >= unclaimed_deadline_ns_) DropUnclaimed();
+    SnapshotTick();
     if (!ready_.load() && clock_.NowNs() - start_ns > options_.ready_timeout_ms * 1'000'000) {
       spdlog::warn("kv events: JetStream replay not done after {} ms; reporting ready",
                    options_.ready_timeout_ms);
       ready_.store(true);
     }
     base::MutexLock lock(run_mu_);
-    if (run_cv_.WaitFor(run_mu_, options_.retry_interval_ms,
-                        [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) { return stop_; })) {
-      return;
-    }
+    run_cv_.WaitFor(run_mu_, options_.retry_interval_ms,
+                    [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) { return StopOrFinal(); });
+    if (stop_) return;
   }
 }
 
@@ -71,16 +83,19 @@ bool NatsEventSource::Subscribe() {
     spdlog::warn("kv events: {}", s.ToString());
     return false;
   }
-  absl::StatusOr<uint64_t> last = nc_->StreamLastSeq();
-  if (!last.ok()) {
-    spdlog::warn("kv events: {}", last.status().ToString());
+  absl::StatusOr<NatsStreamPosition> position = nc_->StreamPosition();
+  if (!position.ok()) {
+    spdlog::warn("kv events: {}", position.status().ToString());
     return false;
   }
+  const uint64_t last = position->last_seq;
   uint64_t start_seq = 1;
   {
     base::MutexLock lock(mu_);
+    if (check_stream_) CheckStream(*position);  // may move last_stream_seq_ to the snapshot's
+    if (stream_created_ns_ == 0) stream_created_ns_ = position->created_ns;
     start_seq = last_stream_seq_ + 1;
-    if (!ready_at_seq_) ready_at_seq_ = *last;
+    if (!ready_at_seq_) ready_at_seq_ = last;
     if (*ready_at_seq_ <= last_stream_seq_) ready_.store(true);
   }
   const std::string stream(kNatsStreamName), subjects(kNatsStreamSubjects);
@@ -104,7 +119,7 @@ bool NatsEventSource::Subscribe() {
   }
   sub_ = sub;
   spdlog::info("kv events: following JetStream {} from stream seq {} (ready at {})", stream,
-               start_seq, *last);
+               start_seq, last);
   return true;
 }
 
@@ -126,6 +141,7 @@ void NatsEventSource::HandleMessage(natsMsg* msg) {
   const uint64_t pending = meta->NumPending;
   jsMsgMetaData_Destroy(meta);
   base::MutexLock lock(mu_);
+  if (frozen_) return;  // the final snapshot: the stream keeps it for the next start
   if (stream_seq <= last_stream_seq_) {
     counters_.dropped.fetch_add(1, std::memory_order_relaxed);  // delivered again
     return;
@@ -140,9 +156,9 @@ void NatsEventSource::HandleMessage(natsMsg* msg) {
     const std::span<const uint8_t> payload(data, static_cast<size_t>(natsMsg_GetDataLength(msg)));
     auto it = targets_.find(subject);
     if (it != targets_.end()) {
-      Handle(*it->second, *seq, payload);
+      Handle(*it->second, *seq, stream_seq, payload);
     } else {
-      Hold(subject, *seq, payload);
+      Hold(subject, *seq, stream_seq, payload);
     }
   } else {
     counters_.decode_errors.fetch_add(1, std::memory_order_relaxed);
@@ -153,7 +169,9 @@ void NatsEventSource::HandleMessage(natsMsg* msg) {
   }
 }
 
-void NatsEventSource::Handle(Target& t, uint64_t seq, std::span<const uint8_t> payload) {
+void NatsEventSource::Handle(Target& t, uint64_t seq, uint64_t stream_seq,
+                             std::span<const uint8_t> payload) {
+  t.stream_seq = stream_seq;
   switch (t.seq.Classify(seq)) {
     case SequenceTracker::Class::kNext:
       break;
@@ -182,7 +200,7 @@ void NatsEventSource::Handle(Target& t, uint64_t seq, std::span<const uint8_t> p
   if (!applier_.Apply(t, t.ref(), seq, payload)) applier_.Clear(t, t.ref());
 }
 
-void NatsEventSource::Hold(const std::string& subject, uint64_t seq,
+void NatsEventSource::Hold(const std::string& subject, uint64_t seq, uint64_t stream_seq,
                            std::span<const uint8_t> payload) {
   std::deque<Held>& held = pending_[subject];
   if (seq == 0) {  // a restarted engine: what came before is cleared anyway
@@ -193,7 +211,8 @@ void NatsEventSource::Hold(const std::string& subject, uint64_t seq,
     counters_.dropped.fetch_add(1, std::memory_order_relaxed);
     return;  // the target's first batch held later is then not its stream start
   }
-  held.push_back({seq, std::string(reinterpret_cast<const char*>(payload.data()), payload.size())});
+  held.push_back({seq, stream_seq,
+                  std::string(reinterpret_cast<const char*>(payload.data()), payload.size())});
   pending_bytes_ += payload.size();
 }
 
@@ -201,6 +220,14 @@ core::TargetId NatsEventSource::AddTarget(const IngestTarget& target) {
   IngestTarget spec = target;
   if (spec.block_size == 0) spec.block_size = 16;
   const std::string subject = KvEventSubject(spec.key);
+  for (;;) {  // replacing a target removes it from the index: not while the staging builds
+    {
+      base::MutexLock lock(mu_);
+      auto it = targets_.find(subject);
+      if (it == targets_.end() || it->second->spec == spec || !building_.load()) break;
+    }
+    WaitForBuild();
+  }
   base::MutexLock lock(mu_);
   auto it = targets_.find(subject);
   if (it != targets_.end()) {
@@ -214,15 +241,16 @@ core::TargetId NatsEventSource::AddTarget(const IngestTarget& target) {
   t->spec = spec;
   {
     WriterLock index_lock(index_mu_);
-    t->id = index_.AddTarget(spec.key, spec.block_size);
+    t->id = index_.AddTarget(spec.key, spec.block_size);  // a restored key: its record's id
     index_.SetMaxBlocks(t->id, spec.max_blocks);
+    ClaimRestored(*t);
   }
   Target& added = *t;
   targets_[subject] = std::move(t);
   auto held = pending_.find(subject);
   if (held != pending_.end()) {
     for (const Held& h : held->second) {
-      Handle(added, h.seq,
+      Handle(added, h.seq, h.stream_seq,
              std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(h.payload.data()),
                                       h.payload.size()));
       pending_bytes_ -= h.payload.size();
@@ -233,6 +261,7 @@ core::TargetId NatsEventSource::AddTarget(const IngestTarget& target) {
 }
 
 void NatsEventSource::RemoveTarget(const core::TargetKey& key) {
+  WaitForBuild();  // an id freed while the staging index builds would differ there
   base::MutexLock lock(mu_);
   auto it = targets_.find(KvEventSubject(key));
   if (it == targets_.end()) return;

@@ -18,6 +18,19 @@
 // a failed first one starts from the next one; after a reconnect libnats resets the
 // ordered consumer itself from there (anything delivered twice is dropped).
 //
+// Snapshots (doc/snapshot.md §6.4; NatsSourceOptions::snapshot): the views are written
+// periodically and at SIGTERM by Run()'s thread, step by step, each step under mu_ (so
+// no message is applied meanwhile) and the index lock held shared; the footer's
+// begin_stream_seq is the stream sequence of the last message handled when the
+// snapshot began. A file accepted at start (NatsSourceOptions::load) is built into a
+// staging index on Run()'s thread before the first subscription (records registered in
+// the index at once, so discovery's AddTarget of a restored key gets its record's id)
+// and swapped in; the consumer then starts at begin_stream_seq + 1 and each restored
+// target drops what its record holds (Infera-Seq <= the record's last_seq). A stream
+// recreated since (another `created`) or truncated past begin_stream_seq + 1 refuses
+// the file (refused_stream): the restored views are cleared and the stream replayed
+// from its start.
+//
 // Readiness: Replaying() is true until the consumer has handled the stream up to its
 // last sequence as of the subscription (or the stream was empty), or ready_timeout_ms
 // passed without that (NATS unreachable; logged).
@@ -41,6 +54,7 @@
 #include "core/types.h"
 #include "event_wire/nats_connection.h"
 #include "events/kv_event_source.h"
+#include "events/kv_snapshotter.h"
 #include "events/shared_kv_index.h"
 #include "events/stream_applier.h"
 
@@ -55,7 +69,22 @@ struct NatsSourceOptions {
   // The ready timeout's and the log limiter's time; nullptr: the process's steady clock
   // (log/steady_clock.h). The router passes its injected clock.
   const core::Clock* clock = nullptr;
+  // KV-view snapshots (doc/snapshot.md §6.4): written when snapshot.path is set; `load`:
+  // a file KvSnapshotLoad::Open accepted (REQUIRES: an index that never held a target).
+  KvSnapshotOptions snapshot = {};
+  std::shared_ptr<KvSnapshotStats> snapshot_stats = nullptr;
+  std::shared_ptr<KvSnapshotLoad> load = nullptr;
+  // Restored targets discovery has not added this long after the swap are removed
+  // (refused_targets_total{reason="unclaimed"}).
+  int64_t unclaimed_after_ms = 10'000;
 };
+
+// Why a snapshot cannot continue on the stream as it is now (refused_stream, §6.4), or
+// nullopt when it can: the stream was recreated (another creation time) or no longer
+// holds begin_stream_seq + 1.
+std::optional<std::string> NatsStreamRefusal(uint64_t snapshot_stream_created_ns,
+                                             uint64_t begin_stream_seq,
+                                             const NatsStreamPosition& stream);
 
 class NatsEventSource final : public KvEventSource {
  public:
@@ -70,16 +99,26 @@ class NatsEventSource final : public KvEventSource {
   std::optional<core::TargetId> FindTarget(const core::TargetKey& key) const override;
   const KvEventCounters& counters() const override { return counters_; }
   bool Replaying() const override { return !ready_.load(); }
+  int64_t DescriptorsHeld() const override { return snapshotter_ != nullptr ? 2 : 0; }
+
+  const KvSnapshotStats* snapshot_stats() const override {
+    return snapshotter_ != nullptr ? &snapshotter_->stats() : options_.snapshot_stats.get();
+  }
+  void RequestFinalSnapshot() override;
+  bool WaitFinalSnapshot(int64_t timeout_ms) override;
 
  private:
   struct Target : StreamState {
     IngestTarget spec;
     core::TargetId id = 0;
-    bool alive = true;  // guarded by the index lock
+    bool alive = true;           // guarded by the index lock
+    uint64_t stream_seq = 0;     // of the last message applied (the record's stream_seq)
+    bool clear_on_swap = false;  // restored with another block size: cleared at the swap
     StreamTargetRef ref() const { return {spec, id, alive}; }
   };
   struct Held {
     uint64_t seq;
+    uint64_t stream_seq;
     std::string payload;
   };
 
@@ -88,9 +127,26 @@ class NatsEventSource final : public KvEventSource {
   void DestroySubscription();
   static void OnMessage(natsConnection* nc, natsSubscription* sub, natsMsg* msg, void* closure);
   void HandleMessage(natsMsg* msg);
-  void Handle(Target& t, uint64_t seq, std::span<const uint8_t> payload);
-  void Hold(const std::string& subject, uint64_t seq, std::span<const uint8_t> payload)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Handle(Target& t, uint64_t seq, uint64_t stream_seq, std::span<const uint8_t> payload);
+  void Hold(const std::string& subject, uint64_t seq, uint64_t stream_seq,
+            std::span<const uint8_t> payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool StopOrFinal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) {
+    return stop_ || (final_requested_.load() && !final_done_);
+  }
+
+  // Snapshots (nats_event_source_snapshot.cc).
+  void RegisterRecords();
+  void BuildAndSwap();
+  void ClaimRestored(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, index_mu_);
+  // At the first stream check after a load: continue from begin_stream_seq, or refuse.
+  void CheckStream(const NatsStreamPosition& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropUnclaimed();
+  void SnapshotTick();
+  void WriteSnapshot(bool final);
+  // Exports whole targets of `subjects` from `next` on, up to a step's blocks.
+  std::vector<SnapshotRecord> ExportStep(const std::vector<std::string>& subjects, size_t& next);
+  void FinalDone();
+  void WaitForBuild();
 
   const NatsSourceOptions options_;
   KvEventCounters counters_;
@@ -111,10 +167,29 @@ class NatsEventSource final : public KvEventSource {
   // The stream's last seq when subscribed.
   std::optional<uint64_t> ready_at_seq_ ABSL_GUARDED_BY(mu_);
 
+  // Snapshots: the writer (null when off); the accepted file until its first stream
+  // check; the records not claimed by AddTarget yet.
+  std::unique_ptr<KvSnapshotter> snapshotter_;
+  uint64_t instance_ = 0;
+  std::shared_ptr<KvSnapshotLoad> load_;  // Run() only, until the swap
+  // The accepted file's stream (header) and position (footer), checked once (§6.4).
+  uint64_t load_stream_created_ns_ = 0;
+  uint64_t load_begin_stream_seq_ = 0;
+  bool check_stream_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t stream_created_ns_ ABSL_GUARDED_BY(mu_) = 0;  // of the stream followed
+  RestoredTargets restored_ ABSL_GUARDED_BY(mu_);
+  bool frozen_ ABSL_GUARDED_BY(mu_) = false;  // the final snapshot: nothing applied after
+  int64_t unclaimed_deadline_ns_ = -1;        // Run() only; -1: none
+  // True until the staging index is swapped in; RemoveTarget (and an AddTarget that
+  // replaces a target) wait for it: an id freed meanwhile would differ between indexes.
+  std::atomic<bool> building_{false};
+  std::atomic<bool> final_requested_{false};
+
   std::atomic<bool> ready_{false};
   base::Mutex run_mu_;
   base::CondVar run_cv_;
   bool stop_ ABSL_GUARDED_BY(run_mu_) = false;
+  bool final_done_ ABSL_GUARDED_BY(run_mu_) = false;
   std::thread thread_;
 };
 

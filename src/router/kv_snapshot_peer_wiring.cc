@@ -18,7 +18,7 @@ KvSnapshotPeer::KvSnapshotPeer(events::PeerSnapshotIdentity identity, std::strin
 
 KvSnapshotPeer::~KvSnapshotPeer() { Stop(); }
 
-std::optional<events::SnapshotReader> KvSnapshotPeer::JoinIfNeeded() {
+events::FetchedSnapshot KvSnapshotPeer::JoinIfNeeded() {
   events::PosixSnapshotFs fs;
   const events::SnapshotReader local =
       events::SnapshotReader::Open(fs, identity_.path,
@@ -29,15 +29,15 @@ std::optional<events::SnapshotReader> KvSnapshotPeer::JoinIfNeeded() {
                                     .max_age_s = identity_.max_age_s});
   if (local.result() == events::LoadResult::kLoaded) {
     spdlog::info("kv-snapshot: {} is usable; no peer join", identity_.path);
-    return std::nullopt;
+    return {};
   }
-  events::PeerFetchOutcome out =
-      events::FetchPeerSnapshot(identity_, {.nats_url = nats_url_, .sync = false});
+  events::PeerFetchOutcome out = events::FetchPeerSnapshot(
+      identity_, {.nats_url = nats_url_, .sync = false, .stream_build = true});
   fetches_[static_cast<size_t>(out.result)].fetch_add(1);
   if (out.result != events::PeerFetchResult::kOk) {
     spdlog::warn("kv-snapshot: peer join failed: {}: {}; full replay",
                  events::PeerFetchResultName(out.result), out.detail);
-    return std::nullopt;
+    return {};
   }
   spdlog::info(
       "kv-snapshot: fetched {} bytes from peer {:016x} into {} in {} ms (connect + first offer {} "
@@ -57,7 +57,7 @@ std::optional<events::SnapshotReader> KvSnapshotPeer::JoinIfNeeded() {
     spdlog::info("kv-snapshot: fetched file synced in {} ms, beside the load",
                  events::SnapshotWallMs() - start);
   });
-  return std::move(out.checked);
+  return {std::move(out.checked), std::move(out.stream)};
 }
 
 absl::Status KvSnapshotPeer::StartServing(natsConnection* nc) {

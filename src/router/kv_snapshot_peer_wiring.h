@@ -35,8 +35,9 @@ class KvSnapshotPeer {
   // Before the start-up load: when the local file is absent or would be refused,
   // fetches a peer's into the path; a failure logs `kv-snapshot: peer join failed:
   // <reason>; full replay` and leaves the path as it was. Returns the fetched file as
-  // the fetch checked it (for PrepareKvSnapshots), none without a fetched file.
-  std::optional<events::SnapshotReader> JoinIfNeeded();
+  // the fetch checked it and the staging build that ran during the transfer (for
+  // PrepareKvSnapshots), nothing without a fetched file.
+  events::FetchedSnapshot JoinIfNeeded();
   // Answers offers and serves chunks on `nc` (the replica-sync connection, which must
   // outlive Stop).
   absl::Status StartServing(natsConnection* nc);

@@ -23,14 +23,23 @@ void Labeled(std::string& out, std::string_view name, std::string_view label,
 }  // namespace
 
 void PrepareKvSnapshots(const events::KvSnapshotOptions& options, events::IngestorOptions& ingestor,
-                        std::optional<events::SnapshotReader> checked) {
+                        events::FetchedSnapshot fetched) {
   if (!options.enabled()) return;
   auto stats = std::make_shared<events::KvSnapshotStats>();
   // The file is checked here; the ingestor builds its views beside the verifies.
-  ingestor.load = events::KvSnapshotLoad::Open(options, events::SnapshotTransport::kZmq, stats,
-                                               std::move(checked));
+  ingestor.load =
+      events::KvSnapshotLoad::Open(options, events::SnapshotTransport::kZmq, stats,
+                                   std::move(fetched.checked), std::move(fetched.stream));
   ingestor.snapshot = options;
   ingestor.snapshot_stats = std::move(stats);
+}
+
+void PrepareKvSnapshots(const events::KvSnapshotOptions& options, events::NatsSourceOptions& nats) {
+  if (!options.enabled()) return;
+  auto stats = std::make_shared<events::KvSnapshotStats>();
+  nats.load = events::KvSnapshotLoad::Open(options, events::SnapshotTransport::kNats, stats);
+  nats.snapshot = options;
+  nats.snapshot_stats = std::move(stats);
 }
 
 void RenderKvSnapshotMetrics(const events::KvEventSource& source, std::string& out) {

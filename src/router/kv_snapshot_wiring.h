@@ -1,5 +1,5 @@
 // The router's KV-view snapshots (doc/snapshot.md): the start-up load handed to the ZMQ
-// ingestor, the metrics of §10, and the final snapshot at SIGTERM.
+// ingestor or the NATS source, the metrics of §10, and the final snapshot at SIGTERM.
 //
 // Thread-safety: PrepareKvSnapshots runs before the ingestor is made; the rest from any
 // thread.
@@ -11,6 +11,8 @@
 
 #include "events/kv_event_ingestor.h"
 #include "events/kv_event_source.h"
+#include "events/kv_snapshot_peer.h"
+#include "events/nats_event_source.h"
 #include "events/shared_kv_index.h"
 
 namespace infera::router {
@@ -18,9 +20,13 @@ namespace infera::router {
 // With a snapshot path: checks the file (KvSnapshotLoad::Open) and sets the ingestor's
 // snapshot options, its stats and the accepted file, whose staging index the ingestor
 // builds while the HTTP server already answers (/ready 503 "starting").
-// `checked`: the file a peer join just fetched and checked (KvSnapshotPeer::JoinIfNeeded).
+// `fetched`: the file a peer join just fetched and checked, and the build streamed
+// during its transfer (KvSnapshotPeer::JoinIfNeeded).
 void PrepareKvSnapshots(const events::KvSnapshotOptions& options, events::IngestorOptions& ingestor,
-                        std::optional<events::SnapshotReader> checked = {});
+                        events::FetchedSnapshot fetched = {});
+// The same for the NATS source (§6.4): it restores the file before its first
+// subscription and consumes the stream from the snapshot's begin_stream_seq + 1.
+void PrepareKvSnapshots(const events::KvSnapshotOptions& options, events::NatsSourceOptions& nats);
 
 // The snapshot families of /metrics (nothing when `source` writes no snapshots).
 void RenderKvSnapshotMetrics(const events::KvEventSource& source, std::string& out);

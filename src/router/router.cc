@@ -67,13 +67,14 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     events::NatsSourceOptions nats;
     nats.nats.url = options_.nats_server;
     nats.clock = clock_;
+    PrepareKvSnapshots(options_.kv_snapshot, nats);  // doc/snapshot.md §6.4
     events_ = std::make_unique<events::NatsEventSource>(index_, std::move(nats));
   } else {
     events::IngestorOptions ingest{.replay_on_add = true, .clock = clock_};
     if (options_.kv_events && options_.replica_sync) {  // doc/snapshot.md §9.1
       peer_ = MakeKvSnapshotPeer(options_.kv_snapshot, options_.replica_sync->nats_url);
     }
-    std::optional<events::SnapshotReader> fetched;
+    events::FetchedSnapshot fetched;
     if (peer_ && options_.kv_snapshot.peer_join) fetched = peer_->JoinIfNeeded();
     // The index still holds no target.
     PrepareKvSnapshots(options_.kv_snapshot, ingest, std::move(fetched));

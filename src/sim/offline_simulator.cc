@@ -36,7 +36,7 @@ class Simulation {
       : workload_(workload),
         config_(config),
         progress_(progress),
-        selector_(SelectorPolicy(config), index_),
+        selector_(SelectorPolicy(config), index_, &clock_),
         planner_(selector_, index_, config.pd),
         demand_(config.decode_request_weight),
         guards_(workload.requests.size()) {
@@ -101,6 +101,7 @@ class Simulation {
       const int64_t t_handoff = handoffs_.empty() ? kNever : handoffs_.top().first;
       const int64_t t = std::min({t_arrival, t_step, t_delivery, t_handoff});
       if (t == kNever) break;
+      clock_.Set(t);  // the selector's now (timed prefill, prefill-rate samples)
       Sample(t);
       if (t_delivery == t) {
         Deliver();
@@ -175,11 +176,11 @@ class Simulation {
         // The decode leg of a disaggregated request: the prefill hit stays the request's.
         r.first_token_ns = t;
         r.decode_cached_tokens = o.cached_tokens;
-        guards_[o.request_id].PrefillDone();
+        guards_[o.request_id].PrefillDone(t);
       } else if (o.index == 0) {
         r.first_token_ns = t;
         r.cached_tokens = o.cached_tokens;
-        guards_[o.request_id].PrefillDone();
+        guards_[o.request_id].PrefillDone(t);
         if (config_.release_load_at_first_token) guards_[o.request_id].Release();
       }
       r.output_tokens = o.index + 1;
@@ -228,6 +229,7 @@ class Simulation {
     RequestOutcome& r = result_.requests[o.request_id];
     r.cached_tokens = o.cached_tokens;
     r.prefill_done_ns = t;
+    prefill_guards_[o.request_id].PrefillDone(t);  // a prefill-rate sample
     prefill_guards_[o.request_id].Release();
     workload_.Materialize(workload_.requests[o.request_id], tokens_);
     const size_t local = engines_[r.engine].engine->CachedPrefixTokens(tokens_);
@@ -399,6 +401,7 @@ class Simulation {
   const OfflineConfig& config_;
   const ProgressFn& progress_;
   core::KvIndex index_;
+  core::ManualClock clock_;  // virtual time, set at every event
   core::Selector selector_;
   core::PdPlanner planner_;
   core::DecodeDemand demand_;

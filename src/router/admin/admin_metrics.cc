@@ -152,6 +152,7 @@ void AdminViews::RenderRemoteLoad(std::string& out, const Fleet& fleet) const {
 void AdminViews::RenderCacheViews(std::string& out, const Fleet& fleet) const {
   RenderHeader(out, "infera_policy_cache_view_size", "gauge",
                "Blocks the router believes each target caches.");
+  size_t table_bytes = 0;
   index_.WithIndex([&](const core::KvIndex& index) {
     for (const auto& w : fleet) {
       for (size_t r = 0; r < w->targets.size(); ++r) {
@@ -161,8 +162,12 @@ void AdminViews::RenderCacheViews(std::string& out, const Fleet& fleet) const {
                "} " + std::to_string(id ? index.BlockCount(*id) : 0) + "\n";
       }
     }
+    table_bytes = index.TableBytes();
     return 0;
   });
+  RenderHeader(out, "infera_kv_index_table_bytes", "gauge",
+               "Bytes of the KV index's tables (rows, engine maps, holder sets).");
+  out += "infera_kv_index_table_bytes " + std::to_string(table_bytes) + "\n";
   RenderIndexBound(out, fleet);
 }
 

@@ -87,6 +87,15 @@ void AddCostFlags(CLI::App& app, RouterFlags& f) {
                  "divided by the queue scaling; 0: off, doc/selection.md)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--kv-timed-prefill", o.policy.timed_prefill,
+                 "work load term: count each pending prefill less the progress its time since "
+                 "dispatch buys at the worker's prefill rate, learned online from first-token "
+                 "times (a FIFO queue; true/false, doc/selection.md)")
+      ->capture_default_str();
+  app.add_option("--kv-prefill-rate", o.policy.prefill_rate,
+                 "--kv-timed-prefill: the learned prefill rate's seed, blocks per second")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--worker-max-num-seqs", o.worker_max_num_seqs,
                  "every worker's max_num_seqs (vLLM's --max-num-seqs), for --kv-seq-wait-load "
                  "(0: unknown, no sequence-slot term)")

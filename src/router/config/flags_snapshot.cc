@@ -70,11 +70,10 @@ absl::Status ResolveKvSnapshot(RouterFlags& f, const ConfigSources&) {
   if (o.peer_join && (!o.enabled() || !f.replica_sync)) {
     return FlagError("--kv-snapshot-peer-join needs --kv-snapshot-path and --router-replica-sync");
   }
-  if (o.enabled() && f.kv_transport != "zmq") {
+  if (o.enabled() && f.kv_transport == "none") {
     spdlog::warn(
-        "kv-snapshot: --kv-snapshot-path is built for --kv-event-transport zmq only; "
-        "with {} no snapshot is written or loaded",
-        f.kv_transport);
+        "kv-snapshot: --kv-snapshot-path needs KV events (--kv-event-transport zmq or nats); "
+        "with none no snapshot is written or loaded");
   } else if (o.enabled()) {
     spdlog::info("kv-snapshot: fleet {} ({})", o.fleet_id, o.fleet_derived ? "derived" : "flag");
   }

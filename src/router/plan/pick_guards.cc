@@ -1,5 +1,7 @@
 #include "router/plan/pick_guards.h"
 
+#include <optional>
+
 namespace infera::router {
 
 PickGuards& PickGuards::operator=(PickGuards&& other) noexcept {
@@ -7,6 +9,7 @@ PickGuards& PickGuards::operator=(PickGuards&& other) noexcept {
     Release();
     mu_ = other.mu_;
     on_lowered_ = other.on_lowered_;
+    clock_ = other.clock_;
     active_ = std::move(other.active_);
     other.active_.clear();
     demand_ = std::move(other.demand_);  // ours was released above
@@ -24,9 +27,11 @@ void PickGuards::AddDemand(core::DecodeDemand::Reservation reservation) {
 
 void PickGuards::PrefillDone() {
   if (active_.empty()) return;
+  const std::optional<int64_t> now =
+      clock_ != nullptr ? std::optional<int64_t>(clock_->NowNs()) : std::nullopt;
   {
     absl::MutexLock lock(mu_);
-    for (auto& g : active_) g.PrefillDone();
+    for (auto& g : active_) g.PrefillDone(now);
   }
   Lowered();
 }

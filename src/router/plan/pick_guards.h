@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
+#include "core/clock.h"
 #include "core/decode_demand.h"
 #include "core/load_state.h"
 
@@ -26,8 +27,11 @@ class PickGuards {
   // `mu` guards the state the holds point into (the planner's pick mutex).
   // `on_lowered` (may be null or empty; outlives the guards): called after PrefillDone
   // and Release, outside `mu`, when they lowered a load (the admission queue's drain).
-  explicit PickGuards(absl::Mutex* mu, const std::function<void()>* on_lowered = nullptr)
-      : mu_(mu), on_lowered_(on_lowered) {}
+  // `clock` (may be null; outlives the guards): the time of PrefillDone, a sample of the
+  // target's prefill rate (core::LoadState, --kv-timed-prefill).
+  explicit PickGuards(absl::Mutex* mu, const std::function<void()>* on_lowered = nullptr,
+                      const core::Clock* clock = nullptr)
+      : mu_(mu), on_lowered_(on_lowered), clock_(clock) {}
   PickGuards(PickGuards&& other) noexcept { *this = std::move(other); }
   PickGuards& operator=(PickGuards&& other) noexcept;
   PickGuards(const PickGuards&) = delete;
@@ -53,6 +57,7 @@ class PickGuards {
 
   absl::Mutex* mu_ = nullptr;
   const std::function<void()>* on_lowered_ = nullptr;
+  const core::Clock* clock_ = nullptr;
   absl::InlinedVector<core::LoadState::ActiveGuard, 2> active_;
   core::DecodeDemand::Reservation demand_;
 };

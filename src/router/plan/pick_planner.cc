@@ -13,7 +13,7 @@ PickPlanner::PickPlanner(const core::PolicyConfig& policy, const events::SharedK
     : index_(index),
       clock_(clock),
       metrics_(metrics),
-      selector_(policy, index.index()),
+      selector_(policy, index.index(), &clock),
       pd_planner_(selector_, index.index(), pd),
       demand_mode_(demand.mode),
       demand_(demand, metrics),
@@ -177,7 +177,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     if (approx_ && pick.policy == core::Policy::kKvAware && input.tokens) {
       approx_->Record(pick.picked, *input.tokens, input.keys, pick_start_ns);
     }
-    plan.guards = PickGuards(&mu_, &on_load_lowered_);
+    plan.guards = PickGuards(&mu_, &on_load_lowered_, &clock_);
     plan.guards.AddActive(std::move(pick.guard));
   }
   AddLeg(plan, fleet, *owner, pick, predicted, ctx);

@@ -32,8 +32,8 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
       return absl::UnavailableError(planned.status().message());
     }
     pd = *std::move(planned);
-    plan.guards = PickGuards(&mu_, &on_load_lowered_);
-    plan.prefill_guards = PickGuards(&mu_, &on_load_lowered_);
+    plan.guards = PickGuards(&mu_, &on_load_lowered_, &clock_);
+    plan.prefill_guards = PickGuards(&mu_, &on_load_lowered_, &clock_);
     if (pd.prefill) {
       prefill_owner = Claim(*pd.prefill, core::Role::kPrefill, pick_start_ns);
       plan.prefill_guards.AddActive(std::move(pd.prefill->guard));

@@ -38,9 +38,9 @@ def prompt(g):
     return [100000 * (g + 1) + i for i in range(1, 16 * PROMPT_BLOCKS + 1)]
 
 
-def start_nats(procs, port, store, name="nats"):
+def start_nats(procs, port, store, name="nats", *extra):
     proc = procs.start(name, ["nats-server", "-js", "-sd", store, "-a", "127.0.0.1",
-                              "-p", str(port)])
+                              "-p", str(port), *extra])
     proc.wait_line(r"Server is ready")
     return proc
 
@@ -57,13 +57,13 @@ def start_engine(procs, name, ports, *extra):
     return proc, dict(kv.split("=", 1) for kv in line.split()[2:] if "=" in kv)
 
 
-def start_relay(procs, fields, nats_url, name="relay"):
+def start_relay(procs, fields, nats_url, name="relay", *extra):
     wid = f"127.0.0.1:{fields['port']}"
     proc = procs.start(name, [ARGS.register, "--kv-relay", "nats", "--relay-only",
                               "--nats-server", nats_url, "--url", f"http://{wid}",
                               "--worker-id", wid, "--model-name", "mock-model",
                               "--kv-events-endpoint", fields["events"],
-                              "--kv-replay-endpoint", fields["replay"]])
+                              "--kv-replay-endpoint", fields["replay"], *extra])
     proc.wait_line(r"relaying KV events")
     return proc
 

@@ -129,7 +129,9 @@ http::Awaitable<LegEnd> PdPair::RunSerial(Attempt& a, std::string pre_body) {
   const PickLeg& pre = a.in.prefill;
   const PickLeg& dec = a.in.decode;
   co_await RunPrefill(a.ctx, pre, std::move(pre_body), a.pre_cancel, a.prefill);
-  a.plan.prefill_guards.Release();  // serial: the prefill is done
+  // Serial: the prefill is done (an answer: a sample of the worker's prefill rate).
+  if (a.prefill.kind == PrefillResult::kOk) a.plan.prefill_guards.PrefillDone();
+  a.plan.prefill_guards.Release();
   if (a.prefill.kind != PrefillResult::kOk) {
     dec.worker->health.OnAbandoned();
     if (a.prefill.kind == PrefillResult::kCancelled) co_return LegEnd::kCancelled;
@@ -172,6 +174,9 @@ http::Awaitable<LegEnd> PdPair::RunConcurrent(Attempt& a, std::string pre_body) 
                                   at->prefill);
         // A failed prefill leaves the decode leg nothing to fetch.
         if (at->prefill.kind != PrefillResult::kOk && !at->relaying) at->dec_cancel->Cancel();
+        if (release_early && at->prefill.kind == PrefillResult::kOk) {
+          at->plan.prefill_guards.PrefillDone();  // a sample of the prefill rate
+        }
         if (release_early) at->plan.prefill_guards.Release();
         done->Signal();
       }(this, &a, std::move(pre_body), early, &join),
