@@ -124,6 +124,7 @@ TargetId KvIndex::AddTarget(const TargetKey& key, size_t block_size) {
   t.block_size = block_size;
   t.live = true;
   t.block_count = 0;
+  impl_->Stamp(t);
   t.closed = true;
   t.has_unmapped = false;
   t.aliased = false;
@@ -822,6 +823,11 @@ void KvIndex::FindMatches(std::span<const BlockHash> chain, std::span<const Targ
 size_t KvIndex::BlockCount(TargetId id) const {
   const Impl::Target* t = impl_->Live(id);
   return t ? t->block_count : 0;
+}
+
+uint64_t KvIndex::ViewVersion(TargetId id) const {
+  const Impl::Target* t = impl_->Live(id);
+  return t ? t->view_version : 0;
 }
 
 size_t KvIndex::TierBlockCount(TargetId id, Tier tier) const {

@@ -256,6 +256,12 @@ class KvIndex {
 
   // Distinct router hashes the target holds (on any tier): the admin cache view.
   size_t BlockCount(TargetId id) const;
+  // Changes whenever the set of (router hash, tier) the target holds changes, and when
+  // the target is added or cleared; never the same for two views (other targets,
+  // a reused id, another index), never 0 for a live target (0: not live). Equal
+  // versions: every Holds() answer for the target is the same (LoadState::Settle
+  // skips a target whose view did not change, doc/selection.md "Cost of a pick").
+  uint64_t ViewVersion(TargetId id) const;
   // Blocks the target holds on `tier` (a block on two tiers counts on each): the
   // fleet view's cached blocks by tier.
   size_t TierBlockCount(TargetId id, Tier tier) const;

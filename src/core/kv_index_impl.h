@@ -368,6 +368,9 @@ struct KvIndex::Impl {
     size_t block_size = 0;
     bool live = false;
     size_t block_count = 0;  // distinct router hashes held on any tier
+    // KvIndex::ViewVersion: stamped from view_clock whenever a (hash, tier) the
+    // target holds is added or dropped, and when the target is added or cleared.
+    uint64_t view_version = 0;
     // (target, hash) entries holding each tier.
     size_t tier_entries[kTierCount] = {0, 0, 0};
     // Prefix-closed (doc/index.md "Prefix-closed views"): every block the target
@@ -438,6 +441,10 @@ struct KvIndex::Impl {
   // Bumped whenever a walk mode changes or a target goes (FindMatches' cache).
   uint64_t mode_generation = 0;
   const uint64_t instance = NextInstance();
+  // The view versions' clock: each index's starts at its instance × 2^40, so no
+  // version repeats across targets, reused ids or indexes (a restored one swapped in).
+  uint64_t view_clock = instance << 40;
+  void Stamp(Target& t) { t.view_version = ++view_clock; }
   std::vector<TargetId> free_ids;
   // NoteSaltedTraffic (written by request threads under the read lock, or none).
   std::atomic<bool> salted_traffic{false};
@@ -1013,6 +1020,7 @@ struct KvIndex::Impl {
       if (HolderTiers(old) & tier_bit) return i;
       if (old != 0) {
         ++t.tier_entries[std::countr_zero(tier_bit)];
+        Stamp(t);
         Put(row.holders, id, old | (tier_bit << 1));
         return i;
       }
@@ -1020,6 +1028,7 @@ struct KvIndex::Impl {
     }
     ++t.tier_entries[std::countr_zero(tier_bit)];
     ++t.block_count;
+    Stamp(t);
     ++entries;
     *fresh = true;
     // The row's parent is a property of the block; an unknown one is learnt from a
@@ -1055,6 +1064,7 @@ struct KvIndex::Impl {
     const uint32_t old_tiers = HolderTiers(old);
     const uint32_t dropped = old_tiers & tier_mask;
     if (dropped == 0) return {0, old_tiers};
+    Stamp(t);
     const uint32_t left = old_tiers & ~tier_mask;
     for (uint32_t p = 0; p < kTierCount; ++p) {
       if (dropped & (1u << p)) --t.tier_entries[p];
@@ -1109,6 +1119,7 @@ struct KvIndex::Impl {
     assert(t.block_count == 0);
     t.block_count = 0;
     for (size_t& n : t.tier_entries) n = 0;
+    Stamp(t);
     t.closed = true;  // empty: trivially prefix-closed
     Refresh(id);
     DrainEraseBacklog(SIZE_MAX);  // (a clear is O(view) anyway)

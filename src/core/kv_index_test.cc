@@ -50,6 +50,43 @@ TEST(KvIndexTest, TargetsGetDenseReusedIds) {
   EXPECT_EQ(index.AddTarget({"c:1", 0}, 16), a);  // id reused
 }
 
+// ViewVersion (LoadState::Settle skips a target whose view did not change): it moves
+// with every change of the (hash, tier) set, not with a store of what is held already
+// nor with a read, and never repeats, across targets, a reused id and indexes.
+TEST(KvIndexTest, ViewVersionMovesWithEveryChangeOfTheView) {
+  KvIndex index;
+  const TargetId a = index.AddTarget({"a:1", 0}, 16);
+  const TargetId b = index.AddTarget({"b:1", 0}, 16);
+  std::set<uint64_t> seen = {index.ViewVersion(a), index.ViewVersion(b)};
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen.count(0), 0u);
+  const auto changed = [&](TargetId t) { return seen.insert(index.ViewVersion(t)).second; };
+  index.InsertRouterChain(a, 0, std::vector<BlockHash>{1, 2, 3}, Tier::kDevice);
+  EXPECT_TRUE(changed(a));
+  EXPECT_FALSE(changed(b));
+  index.InsertRouterChain(a, 0, std::vector<BlockHash>{1, 2}, Tier::kDevice);  // held already
+  EXPECT_FALSE(changed(a));
+  std::vector<MatchCounts> out(2);
+  index.FindMatches(std::vector<BlockHash>{1, 2}, std::vector<TargetId>{a, b}, out);
+  EXPECT_FALSE(changed(a));
+  index.InsertRouterHashes(a, std::vector<BlockHash>{2}, Tier::kHost);  // a second tier
+  EXPECT_TRUE(changed(a));
+  EXPECT_EQ(index.RemoveRouterHashes(a, std::vector<BlockHash>{9}, Tier::kDevice), 0u);
+  EXPECT_FALSE(changed(a));
+  EXPECT_EQ(index.RemoveRouterHashes(a, std::vector<BlockHash>{3}, Tier::kDevice), 1u);
+  EXPECT_TRUE(changed(a));
+  index.ApplyCleared(a);
+  EXPECT_TRUE(changed(a));
+  index.RemoveTarget(a);
+  EXPECT_EQ(index.ViewVersion(a), 0u);
+  EXPECT_EQ(index.AddTarget({"c:1", 0}, 16), a);  // id reused: a new version
+  EXPECT_TRUE(changed(a));
+  KvIndex other;  // another index (a restored one swapped in): other versions
+  const TargetId o = other.AddTarget({"a:1", 0}, 16);
+  other.InsertRouterChain(o, 0, std::vector<BlockHash>{1, 2, 3}, Tier::kDevice);
+  EXPECT_TRUE(seen.insert(other.ViewVersion(o)).second);
+}
+
 TEST(KvIndexTest, StoredChainMatchesConsecutivePrefix) {
   KvIndex index;
   const TargetId w = index.AddTarget({"w", 0}, 4);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -78,10 +79,30 @@ LoadState::LoadState(const LoadOptions& options) : options_(options) {
 }
 
 LoadState::Slot& LoadState::SlotFor(TargetId target) {
-  if (target >= slots_.size()) slots_.resize(static_cast<size_t>(target) + 1);
+  if (target >= slots_.size()) {
+    slots_.resize(static_cast<size_t>(target) + 1);
+    hot_.resize(slots_.size());
+  }
   Slot& slot = slots_[target];
   slot.live = true;
   return slot;
+}
+
+void LoadState::Sync(const Slot& slot) {
+  const auto narrow = [](size_t v) {
+    return static_cast<uint32_t>(std::min<size_t>(v, std::numeric_limits<uint32_t>::max()));
+  };
+  Hot& h = hot_[static_cast<size_t>(&slot - slots_.data())];
+  h.prefill_blocks = slot.prefill_blocks;
+  h.remote_prefill_blocks = slot.remote_prefill_blocks;
+  h.used = slot.active.size() + slot.anonymous_blocks + slot.remote_active_blocks;
+  h.capacity = CapacityOf(slot);
+  h.request_blocks = slot.request_blocks;
+  h.pending_guards = narrow(slot.pending_guards);
+  h.max_seqs = narrow(slot.max_seqs);
+  h.prefilling = narrow(slot.prefills.size());
+  h.live = slot.live ? 1 : 0;
+  h.settle = slot.live && (!slot.prefills.empty() || !slot.charges.empty()) ? 1 : 0;
 }
 
 const LoadState::Slot* LoadState::FindSlot(TargetId target) const {
@@ -131,8 +152,10 @@ LoadState::ActiveGuard LoadState::AddActive(TargetId target, std::span<const Blo
     }
     slot.prefills.push_back(p);
     slot.prefill_blocks += prefill.blocks;
+    slot.added_since_settle = true;
   }
   ++slot.pending_guards;
+  Sync(slot);
   return guard;
 }
 
@@ -152,6 +175,7 @@ void LoadState::DropPrefill(Slot& slot, uint64_t id, std::optional<int64_t> now_
   slot.prefill_blocks -= it->blocks;
   slot.prefills.erase(it);
   if (slot.prefills.empty()) slot.prefill_blocks = 0;  // no rounding residue
+  Sync(slot);
 }
 
 void LoadState::ReleaseGuard(ActiveGuard& guard) {
@@ -169,6 +193,7 @@ void LoadState::ReleaseGuard(ActiveGuard& guard) {
   slot.request_blocks -= guard.block_count();
   if (guard.prefill_id_ != 0) DropPrefill(slot, guard.prefill_id_);
   --slot.pending_guards;
+  Sync(slot);
 }
 
 void LoadState::DecayRecent() {
@@ -187,13 +212,22 @@ void LoadState::ChargeRecent(TargetId target, double blocks, std::optional<Block
   if (options_.recent_decay == 0 || options_.term != LoadTerm::kSpec || blocks <= 0) return;
   Slot& slot = SlotFor(target);
   slot.charges.push_back({blocks / recent_scale_, last_block});
+  slot.added_since_settle = true;
   slot.recent_scaled += blocks / recent_scale_;
+  Sync(slot);
 }
 
-void LoadState::Settle(TargetId target, absl::FunctionRef<bool(BlockHash)> confirmed,
-                       std::optional<int64_t> now_ns) {
+void LoadState::SettleSlot(TargetId target, uint64_t view_version,
+                           absl::FunctionRef<bool(BlockHash)> confirmed,
+                           std::optional<int64_t> now_ns) {
   if (target >= slots_.size() || !slots_[target].live) return;
   Slot& slot = slots_[target];
+  if (view_version != 0 && view_version == slot.settled_view && !slot.added_since_settle &&
+      options_.term == LoadTerm::kWork) {
+    return;
+  }
+  slot.settled_view = view_version;
+  slot.added_since_settle = false;
   if (!slot.prefills.empty()) {
     // Whether each entry is done, in queue order (a completion with a time is a rate
     // sample, taken before the entries after it move up).
@@ -237,22 +271,31 @@ void LoadState::Settle(TargetId target, absl::FunctionRef<bool(BlockHash)> confi
     slot.recent_scaled = 0;
     for (const Charge& c : slot.charges) slot.recent_scaled += c.scaled;
   }
+  Sync(slot);
 }
 
 void LoadState::SetCapacityBlocks(TargetId target, size_t blocks) {
-  SlotFor(target).capacity_blocks = blocks;
+  Slot& slot = SlotFor(target);
+  slot.capacity_blocks = blocks;
+  Sync(slot);
 }
 
-void LoadState::ObserveCachedBlocks(TargetId target, size_t blocks) {
+void LoadState::ObserveSlow(TargetId target, size_t blocks) {
   Slot& slot = SlotFor(target);
   if (blocks < slot.most_cached_blocks) slot.learned_capacity_blocks = slot.most_cached_blocks;
   slot.most_cached_blocks = std::max(slot.most_cached_blocks, blocks);
   if (slot.learned_capacity_blocks > 0) {
     slot.learned_capacity_blocks = std::max(slot.learned_capacity_blocks, blocks);
   }
+  Sync(slot);
+  hot_[target].observed = blocks;
 }
 
-void LoadState::SetMaxSeqs(TargetId target, size_t seqs) { SlotFor(target).max_seqs = seqs; }
+void LoadState::SetMaxSeqs(TargetId target, size_t seqs) {
+  Slot& slot = SlotFor(target);
+  slot.max_seqs = seqs;
+  Sync(slot);
+}
 
 size_t LoadState::MaxSeqs(TargetId target) const {
   const Slot* slot = FindSlot(target);
@@ -315,18 +358,17 @@ double LoadState::PrefillRate(TargetId target) const {
   return slot ? RateOf(*slot) * 1e9 : options_.prefill_rate_blocks_per_s;
 }
 
-double LoadState::KvPressureOf(const Slot& slot, size_t incoming_blocks) const {
-  const size_t capacity = CapacityOf(slot);
+double LoadState::KvPressureOf(const Hot& hot, size_t incoming_blocks) const {
+  const size_t capacity = hot.capacity;
   if (capacity == 0) return 0;
-  const double used = static_cast<double>(slot.active.size() + slot.anonymous_blocks +
-                                          slot.remote_active_blocks + incoming_blocks);
+  const double used = static_cast<double>(hot.used + incoming_blocks);
   const double excess = used - options_.kv_pressure_threshold * static_cast<double>(capacity);
   return excess > 0 ? options_.kv_pressure_slope * excess : 0;
 }
 
 double LoadState::KvPressure(TargetId target, size_t incoming_blocks) const {
-  const Slot* slot = FindSlot(target);
-  return slot == nullptr ? 0 : KvPressureOf(*slot, incoming_blocks);
+  const Hot* hot = target < hot_.size() && hot_[target].live ? &hot_[target] : nullptr;
+  return hot == nullptr ? 0 : KvPressureOf(*hot, incoming_blocks);
 }
 
 size_t LoadState::RequestBlocks(TargetId target) const {
@@ -334,28 +376,28 @@ size_t LoadState::RequestBlocks(TargetId target) const {
   return slot ? slot->request_blocks : 0;
 }
 
-double LoadState::DecodeLoadOf(const Slot& slot) const {
-  const size_t capacity = CapacityOf(slot);
+double LoadState::DecodeLoadOf(const Hot& hot) const {
+  const size_t capacity = hot.capacity;
   if (capacity == 0 || options_.decode_load_blocks == 0) return 0;
-  const double occupancy = static_cast<double>(slot.request_blocks) / static_cast<double>(capacity);
+  const double occupancy = static_cast<double>(hot.request_blocks) / static_cast<double>(capacity);
   return options_.decode_load_blocks * std::min(1.0, occupancy);
 }
 
 double LoadState::DecodeLoad(TargetId target) const {
-  const Slot* slot = FindSlot(target);
-  return slot == nullptr ? 0 : DecodeLoadOf(*slot);
+  const Hot* hot = target < hot_.size() && hot_[target].live ? &hot_[target] : nullptr;
+  return hot == nullptr ? 0 : DecodeLoadOf(*hot);
 }
 
-double LoadState::SeqWaitOf(const Slot& slot) const {
-  const size_t max_seqs = slot.max_seqs;
-  const size_t requests = slot.pending_guards;
+double LoadState::SeqWaitOf(const Hot& hot) const {
+  const size_t max_seqs = hot.max_seqs;
+  const size_t requests = hot.pending_guards;
   if (max_seqs == 0 || options_.seq_wait_blocks == 0 || requests < max_seqs) return 0;
   return options_.seq_wait_blocks * static_cast<double>(requests + 1 - max_seqs);
 }
 
 double LoadState::SeqWait(TargetId target) const {
-  const Slot* slot = FindSlot(target);
-  return slot == nullptr ? 0 : SeqWaitOf(*slot);
+  const Hot* hot = target < hot_.size() && hot_[target].live ? &hot_[target] : nullptr;
+  return hot == nullptr ? 0 : SeqWaitOf(*hot);
 }
 
 size_t LoadState::ActiveHolders(TargetId target, BlockHash hash) const {
@@ -380,17 +422,21 @@ double LoadState::Load(TargetId target, size_t incoming_blocks, int64_t now_ns) 
 LoadState::Terms LoadState::TermsOf(TargetId target, size_t incoming_blocks,
                                     int64_t now_ns) const {
   Terms terms;
-  const Slot* slot = FindSlot(target);
-  if (slot == nullptr) return terms;
-  terms.active = slot->active.size() + slot->anonymous_blocks + slot->remote_active_blocks;
-  terms.seq_wait = SeqWaitOf(*slot);
+  if (target >= hot_.size() || hot_[target].live == 0) return terms;
+  const Hot& hot = hot_[target];
+  terms.active = hot.used;
+  terms.seq_wait = SeqWaitOf(hot);
   if (options_.term == LoadTerm::kSpec) {
-    terms.load = static_cast<double>(terms.active) + slot->recent_scaled * recent_scale_;
+    terms.load =
+        static_cast<double>(terms.active) + slots_[target].recent_scaled * recent_scale_;
   } else {
-    const double pending = options_.timed_prefill ? TimedPrefillOf(*slot, now_ns)
-                                                  : std::max(0.0, slot->prefill_blocks);
-    terms.load = pending + slot->remote_prefill_blocks +
-                 KvPressureOf(*slot, incoming_blocks) + DecodeLoadOf(*slot) + terms.seq_wait;
+    // The timed term depends on `now_ns`: computed from the slot (its prefill queue and
+    // learned rate), not cached in the hot row.
+    const double pending = options_.timed_prefill
+                               ? TimedPrefillOf(slots_[target], now_ns)
+                               : std::max(0.0, hot.prefill_blocks);
+    terms.load = pending + hot.remote_prefill_blocks + KvPressureOf(hot, incoming_blocks) +
+                 DecodeLoadOf(hot) + terms.seq_wait;
   }
   return terms;
 }
@@ -399,6 +445,7 @@ void LoadState::SetRemote(TargetId target, size_t active_blocks, double pending_
   Slot& slot = SlotFor(target);
   slot.remote_active_blocks = active_blocks;
   slot.remote_prefill_blocks = std::max(0.0, pending_prefill_blocks);
+  Sync(slot);
 }
 
 size_t LoadState::RemoteActiveBlocks(TargetId target) const {
@@ -422,11 +469,6 @@ size_t LoadState::Requests(TargetId target) const {
   return slot ? slot->pending_guards : 0;
 }
 
-size_t LoadState::PrefillingRequests(TargetId target) const {
-  const Slot* slot = FindSlot(target);
-  return slot ? slot->prefills.size() : 0;
-}
-
 size_t LoadState::NewActiveBlocks(TargetId target, std::span<const BlockHash> chain) const {
   const Slot* slot = FindSlot(target);
   if (slot == nullptr) return chain.size();
@@ -441,6 +483,7 @@ void LoadState::RemoveTarget(TargetId target) {
   const uint64_t next_generation = slot.generation + 1;
   slot = Slot{};
   slot.generation = next_generation;
+  hot_[target] = Hot{};
 }
 
 }  // namespace infera::core

@@ -176,15 +176,34 @@ class LoadState {
   void ChargeRecent(TargetId target, double blocks, std::optional<BlockHash> last_block = {});
   // Drops the target's pending prefills and recent charges whose last block
   // `confirmed` (the target's view holds it), and recent charges decayed below
-  // 0.01 blocks. With `now_ns`, a prefill found complete is a prefill-rate sample.
+  // 0.01 blocks. O(1) for a target with neither (the common case of a pick's scan).
+  // With `now_ns`, a prefill found complete is a prefill-rate sample.
   void Settle(TargetId target, absl::FunctionRef<bool(BlockHash)> confirmed,
-              std::optional<int64_t> now_ns = std::nullopt);
+              std::optional<int64_t> now_ns = std::nullopt) {
+    Settle(target, 0, confirmed, now_ns);
+  }
+  // The same, told the view's KvIndex::ViewVersion (0: unknown): with the work term,
+  // nothing to do when the version is the one the target was last settled against and
+  // no prefill was added since (settling is then a no-op: the same view confirms the
+  // same blocks, so no prefill completes and no rate sample is missed). The spec
+  // term's charges also decay: always settled.
+  void Settle(TargetId target, uint64_t view_version,
+              absl::FunctionRef<bool(BlockHash)> confirmed,
+              std::optional<int64_t> now_ns = std::nullopt) {
+    if (target < hot_.size() && hot_[target].settle == 0) return;
+    SettleSlot(target, view_version, confirmed, now_ns);
+  }
 
   // The worker's KV capacity in blocks (num_gpu_blocks); 0 forgets it.
   void SetCapacityBlocks(TargetId target, size_t blocks);
   // The target's view now holds `blocks` cached blocks: once it has held fewer than
   // before, the learned capacity is the most ever seen.
-  void ObserveCachedBlocks(TargetId target, size_t blocks);
+  // O(1) when `blocks` is the count this target's last observation saw (a repeat
+  // changes nothing).
+  void ObserveCachedBlocks(TargetId target, size_t blocks) {
+    if (target < hot_.size() && hot_[target].live != 0 && hot_[target].observed == blocks) return;
+    ObserveSlow(target, blocks);
+  }
   // Known capacity, else learned, else 0 (unknown).
   size_t CapacityBlocks(TargetId target) const;
   // The worker's max_num_seqs (sequences it runs at once); 0 = unknown (no SeqWait).
@@ -242,7 +261,9 @@ class LoadState {
   size_t Requests(TargetId target) const;
   // The target's requests not yet past their prefill (pending prefill entries): the
   // router's stand-in for an engine's waiting queue (doc/peers.md, llm-d).
-  size_t PrefillingRequests(TargetId target) const;
+  size_t PrefillingRequests(TargetId target) const {
+    return target < hot_.size() ? hot_[target].prefilling : 0;
+  }
   // Blocks of `chain` the target does not hold active yet: what the request would add
   // to its active blocks (Dynamo's "incoming active blocks").
   size_t NewActiveBlocks(TargetId target, std::span<const BlockHash> chain) const;
@@ -287,6 +308,10 @@ class LoadState {
     size_t learned_capacity_blocks = 0;  // set once the view shrank (it evicted)
     size_t remote_active_blocks = 0;     // other replicas' (SetRemote)
     double remote_prefill_blocks = 0;
+    // Settle(): the view version it last settled against; whether a prefill or charge
+    // was added since.
+    uint64_t settled_view = 0;
+    bool added_since_settle = false;
     // Timed prefill: when the queue's head started (its dispatch, or the last
     // completion), the last completion (a rate sample's start) and the rate's EWMA
     // sums (blocks and ns of the samples).
@@ -295,13 +320,34 @@ class LoadState {
     double rate_blocks = 0;
     double rate_ns = 0;
   };
+  // What a pick reads of every candidate, copied from its Slot by Sync() after each
+  // change, one cache line per target in a dense array (doc/selection.md "Cost of a
+  // pick"): the Slot's maps and vectors are ~4 lines away from each other.
+  struct alignas(64) Hot {
+    double prefill_blocks = 0;         // Slot::prefill_blocks
+    double remote_prefill_blocks = 0;  // Slot::remote_prefill_blocks
+    uint64_t used = 0;        // active.size() + anonymous_blocks + remote_active_blocks
+    uint64_t capacity = 0;    // CapacityOf(slot)
+    uint64_t request_blocks = 0;
+    uint64_t observed = kNotObserved;  // the last ObserveCachedBlocks count
+    uint32_t pending_guards = 0;       // saturated at 2^32 - 1 (so are the two below)
+    uint32_t max_seqs = 0;
+    uint32_t prefilling = 0;  // prefills.size()
+    uint8_t live = 0;
+    uint8_t settle = 0;  // prefills or charges to settle
+  };
+  static constexpr uint64_t kNotObserved = ~uint64_t{0};
   Slot& SlotFor(TargetId target);
   const Slot* FindSlot(TargetId target) const;
-  // The terms above, of one slot.
+  void Sync(const Slot& slot);
+  void SettleSlot(TargetId target, uint64_t view_version,
+                  absl::FunctionRef<bool(BlockHash)> confirmed, std::optional<int64_t> now_ns);
+  void ObserveSlow(TargetId target, size_t blocks);
+  // The terms above, of one target.
   static size_t CapacityOf(const Slot& slot);
-  double KvPressureOf(const Slot& slot, size_t incoming_blocks) const;
-  double DecodeLoadOf(const Slot& slot) const;
-  double SeqWaitOf(const Slot& slot) const;
+  double KvPressureOf(const Hot& hot, size_t incoming_blocks) const;
+  double DecodeLoadOf(const Hot& hot) const;
+  double SeqWaitOf(const Hot& hot) const;
   // Learned prefill rate, blocks per ns; the timed pending prefill at `now_ns`.
   double RateOf(const Slot& slot) const;
   double TimedPrefillOf(const Slot& slot, int64_t now_ns) const;
@@ -318,6 +364,7 @@ class LoadState {
   double recent_scale_ = 1.0;
   uint64_t next_prefill_id_ = 1;
   std::vector<Slot> slots_;
+  std::vector<Hot> hot_;  // by target, as slots_
 };
 
 }  // namespace infera::core

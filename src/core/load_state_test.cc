@@ -2,8 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <optional>
 #include <utility>
+#include <vector>
+
+#include "core/clock.h"
 
 namespace infera::core {
 namespace {
@@ -339,6 +344,127 @@ TEST(LoadStateTest, RemoteLoadAddsToTheLoadTermButNotToTheOwnCounts) {
   EXPECT_DOUBLE_EQ(spec.Load(0), 4 + 5);  // the spec's active blocks, fleet-wide
 }
 
+// The pick reads each target's terms from a dense copy of its slot (LoadState's hot
+// rows, doc/selection.md "Cost of a pick"). After every kind of change, in a seeded
+// random order, the terms equal the formulas of doc/selection.md computed from the
+// slot's own accessors, and the requests in prefill equal a model's count.
+TEST(LoadStateTest, PickTermsFollowEveryChange) {
+  LoadOptions options;
+  options.decode_load_blocks = 3;
+  options.seq_wait_blocks = 256;
+  LoadState load(options);
+  Random random(27);
+  constexpr TargetId kTargets = 6;
+  struct Request {
+    TargetId target = 0;
+    BlockHash first = 0;  // the chain is first .. first + len - 1
+    size_t len = 0;
+    bool prefilling = false;
+    LoadState::ActiveGuard guard;
+  };
+  std::vector<Request> requests;
+  BlockHash next_hash = 1;
+  BlockHash view_cutoff[kTargets] = {};  // the view holds hashes below it
+  size_t checked = 0;
+  for (int step = 0; step < 4000; ++step) {
+    const TargetId t = static_cast<TargetId>(random.Uniform(kTargets));
+    switch (random.Uniform(9)) {
+      case 0:
+      case 1: {  // a pick
+        Request r;
+        r.target = t;
+        r.first = next_hash;
+        r.len = 1 + random.Uniform(8);
+        std::vector<BlockHash> chain;
+        for (size_t k = 0; k < r.len; ++k) chain.push_back(next_hash++);
+        const size_t first_block = random.Uniform(r.len);
+        const double missed = static_cast<double>(random.Uniform(r.len + 1));
+        r.prefilling = missed > 0;
+        r.guard = load.AddActive(t, chain, random.Uniform(3),
+                                 {.blocks = missed, .last_block = chain.back(),
+                                  .first_block = first_block});
+        requests.push_back(std::move(r));
+        break;
+      }
+      case 2:  // a release
+        if (!requests.empty()) {
+          const size_t k = random.Uniform(requests.size());
+          requests[k].guard.Release();
+          requests.erase(requests.begin() + static_cast<std::ptrdiff_t>(k));
+        }
+        break;
+      case 3:  // a first token
+        if (!requests.empty()) {
+          Request& r = requests[random.Uniform(requests.size())];
+          r.guard.PrefillDone();
+          r.prefilling = false;
+        }
+        break;
+      case 4: {  // the view grows (or not), then the target is settled
+        if (random.Uniform(2) == 0) view_cutoff[t] = next_hash - random.Uniform(6);
+        const BlockHash cutoff = view_cutoff[t];
+        // The view's version: its cutoff (a settle against an unchanged view and
+        // nothing added since is skipped; the model below settles every time).
+        load.Settle(t, cutoff + 1, [&](BlockHash h) { return h < cutoff; });
+        for (Request& r : requests) {
+          if (r.target == t && r.first + r.len - 1 < cutoff) r.prefilling = false;
+        }
+        break;
+      }
+      case 5:
+        load.ObserveCachedBlocks(t, random.Uniform(40));
+        break;
+      case 6:
+        load.SetCapacityBlocks(t, random.Uniform(3) == 0 ? 0 : random.Uniform(40));
+        load.SetMaxSeqs(t, random.Uniform(4));
+        break;
+      case 7:
+        load.SetRemote(t, random.Uniform(10), static_cast<double>(random.Uniform(10)) / 2);
+        break;
+      case 8:
+        if (random.Uniform(20) == 0) {  // the target leaves: its guards release nothing
+          load.RemoveTarget(t);
+          view_cutoff[t] = 0;
+          std::erase_if(requests, [&](const Request& r) { return r.target == t; });
+        }
+        break;
+    }
+    for (TargetId u = 0; u < kTargets; ++u) {
+      const size_t incoming = random.Uniform(30);
+      const size_t capacity = load.CapacityBlocks(u);
+      const size_t used = load.ActiveBlocks(u) + load.RemoteActiveBlocks(u);
+      double pressure = 0;
+      if (capacity > 0) {
+        const double excess = static_cast<double>(used + incoming) -
+                              options.kv_pressure_threshold * static_cast<double>(capacity);
+        pressure = excess > 0 ? options.kv_pressure_slope * excess : 0;
+      }
+      const double decode =
+          capacity == 0 ? 0
+                        : options.decode_load_blocks *
+                              std::min(1.0, static_cast<double>(load.RequestBlocks(u)) /
+                                                static_cast<double>(capacity));
+      const size_t max_seqs = load.MaxSeqs(u);
+      const size_t requests_on = load.Requests(u);
+      const double seq_wait =
+          max_seqs == 0 || requests_on < max_seqs
+              ? 0
+              : options.seq_wait_blocks * static_cast<double>(requests_on + 1 - max_seqs);
+      const LoadState::Terms terms = load.TermsOf(u, incoming);
+      ASSERT_EQ(terms.active, used) << "step " << step;
+      ASSERT_EQ(terms.seq_wait, seq_wait) << "step " << step;
+      ASSERT_EQ(terms.load, load.PendingPrefillBlocks(u) + load.RemotePendingPrefillBlocks(u) +
+                                pressure + decode + seq_wait)
+          << "step " << step;
+      size_t prefilling = 0;
+      for (const Request& r : requests) prefilling += r.target == u && r.prefilling ? 1 : 0;
+      ASSERT_EQ(load.PrefillingRequests(u), prefilling) << "step " << step << " target " << u;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 4000u * kTargets);
+}
+
 constexpr int64_t kMs = 1'000'000;
 
 // The timed prefill at a seed rate of 1000 blocks/s: 1 block per ms.
@@ -408,6 +534,78 @@ TEST(LoadStateTest, TimedPrefillLearnsTheRateFromCompletions) {
   d.Release();
   EXPECT_DOUBLE_EQ(load.PrefillRate(0), rate);
   EXPECT_DOUBLE_EQ(load.PrefillRate(7), 1000);  // a target never seen: the seed
+}
+
+// With the timed prefill on, the pick's terms come from the slot at `now` (the hot row
+// cannot hold a term that depends on it), and a settle skipped for an unchanged view
+// and no new prefill misses no completion: a state settled with view versions learns
+// the same rates and gives the same terms as one settled every time.
+TEST(LoadStateTest, TimedTermsAndRatesWithSkippedSettles) {
+  LoadOptions options;
+  options.timed_prefill = true;
+  options.prefill_rate_blocks_per_s = 1000;
+  LoadState skipping(options);
+  LoadState every(options);
+  Random random(25);
+  constexpr TargetId kTargets = 4;
+  struct Request {
+    LoadState::ActiveGuard a, b;
+  };
+  std::vector<Request> requests;
+  BlockHash next_hash = 1;
+  BlockHash view_cutoff[kTargets] = {};
+  int64_t now = 0;
+  size_t settled = 0;
+  for (int step = 0; step < 3000; ++step) {
+    now += static_cast<int64_t>(random.Uniform(5)) * kMs;
+    const TargetId t = static_cast<TargetId>(random.Uniform(kTargets));
+    switch (random.Uniform(4)) {
+      case 0: {  // a pick
+        std::vector<BlockHash> chain;
+        const size_t len = 1 + random.Uniform(8);
+        for (size_t k = 0; k < len; ++k) chain.push_back(next_hash++);
+        const PendingPrefill prefill{
+            .blocks = static_cast<double>(1 + random.Uniform(len)),
+            .last_block = chain.back(),
+            .first_block = random.Uniform(len),
+            .dispatched_ns = now};
+        requests.push_back({skipping.AddActive(t, chain, 0, prefill),
+                            every.AddActive(t, chain, 0, prefill)});
+        break;
+      }
+      case 1:  // a first token, with its time
+        if (!requests.empty()) {
+          Request& r = requests[random.Uniform(requests.size())];
+          r.a.PrefillDone(now);
+          r.b.PrefillDone(now);
+        }
+        break;
+      case 2:
+        if (!requests.empty()) {
+          const size_t k = random.Uniform(requests.size());
+          requests.erase(requests.begin() + static_cast<std::ptrdiff_t>(k));
+        }
+        break;
+      case 3: {  // the view grows (or not), then the target is settled at `now`
+        if (random.Uniform(2) == 0) view_cutoff[t] = next_hash - random.Uniform(6);
+        const BlockHash cutoff = view_cutoff[t];
+        const auto confirmed = [&](BlockHash h) { return h < cutoff; };
+        skipping.Settle(t, cutoff + 1, confirmed, now);
+        every.Settle(t, confirmed, now);
+        ++settled;
+        break;
+      }
+    }
+    for (TargetId u = 0; u < kTargets; ++u) {
+      ASSERT_EQ(skipping.PrefillRate(u), every.PrefillRate(u)) << "step " << step;
+      ASSERT_EQ(skipping.TermsOf(u, 0, now).load, every.TermsOf(u, 0, now).load)
+          << "step " << step;
+      ASSERT_EQ(skipping.TermsOf(u, 0, now).load, skipping.RemainingPrefillBlocks(u, now))
+          << "step " << step;
+    }
+  }
+  EXPECT_GT(settled, 500u);
+  EXPECT_NE(every.PrefillRate(0), 1000);  // completions were sampled
 }
 
 TEST(LoadStateTest, ParseLoadTerm) {

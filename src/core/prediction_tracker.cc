@@ -15,7 +15,10 @@ PredictionTracker::PredictionTracker(const PredictionOptions& options) : options
 
 void PredictionTracker::Record(TargetId target, uint64_t predicted_tokens,
                                uint64_t reported_tokens) {
-  if (target >= targets_.size()) targets_.resize(static_cast<size_t>(target) + 1);
+  if (target >= targets_.size()) {
+    targets_.resize(static_cast<size_t>(target) + 1);
+    drifting_.resize(targets_.size());
+  }
   PredictionStats& s = targets_[target];
   const double p = static_cast<double>(predicted_tokens);
   const double r = static_cast<double>(reported_tokens);
@@ -33,6 +36,7 @@ void PredictionTracker::Record(TargetId target, uint64_t predicted_tokens,
   } else if (s.relative_error < options_.drift_threshold / 2) {
     s.drifting = false;
   }
+  drifting_[target] = s.drifting ? 1 : 0;
 }
 
 PredictionStats PredictionTracker::Get(TargetId target) const {
@@ -40,11 +44,14 @@ PredictionStats PredictionTracker::Get(TargetId target) const {
 }
 
 double PredictionTracker::Trust(TargetId target) const {
-  return Get(target).drifting ? options_.drifting_trust : 1.0;
+  return target < drifting_.size() && drifting_[target] != 0 ? options_.drifting_trust : 1.0;
 }
 
 void PredictionTracker::RemoveTarget(TargetId target) {
-  if (target < targets_.size()) targets_[target] = PredictionStats{};
+  if (target < targets_.size()) {
+    targets_[target] = PredictionStats{};
+    drifting_[target] = 0;
+  }
 }
 
 }  // namespace infera::core

@@ -65,6 +65,8 @@ class PredictionTracker {
  private:
   PredictionOptions options_;
   std::vector<PredictionStats> targets_;  // by TargetId, grown on demand
+  // targets_[t].drifting, dense: Trust() is read for every candidate of a pick.
+  std::vector<uint8_t> drifting_;
 };
 
 }  // namespace infera::core

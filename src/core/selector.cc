@@ -223,7 +223,7 @@ double Selector::Settle(std::span<const TargetId> candidates, bool from_views, b
     load_.ObserveCachedBlocks(t, index_.BlockCount(t));
     if (config_.settle_from_views && from_views) {
       load_.Settle(
-          t,
+          t, index_.ViewVersion(t),
           [&](BlockHash h) {
             for (Tier tier : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
               if (index_.Holds(t, h, tier)) return true;
@@ -247,6 +247,22 @@ size_t Selector::BlocksOf(const RoutingInput& input, size_t block_size) {
 void Selector::MatchCandidates(const RoutingInput& input, std::span<const TargetId> candidates,
                                bool use_tokens) {
   const size_t n = candidates.size();
+  matches_.resize(n);
+  if (std::all_of(block_sizes_.begin(), block_sizes_.end(),
+                  [&](uint32_t b) { return b == block_sizes_[0]; })) {
+    // One block size (the usual fleet): one group, no per-candidate scratch.
+    uint32_t blocks;
+    if (use_tokens) {
+      const std::vector<BlockHash>& chain = ChainFor(input, block_sizes_[0]);
+      blocks = static_cast<uint32_t>(chain.size());
+      index_.FindMatches(chain, candidates, matches_);
+    } else {
+      std::fill(matches_.begin(), matches_.end(), MatchCounts{});
+      blocks = static_cast<uint32_t>(BlocksOf(input, block_sizes_[0]));
+    }
+    request_blocks_.assign(n, blocks);
+    return;
+  }
   matches_.assign(n, MatchCounts{});
   request_blocks_.assign(n, 0);
   grouped_.assign(n, 0);
