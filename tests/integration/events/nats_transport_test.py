@@ -138,7 +138,8 @@ def case_relay(procs, tmp):
     # and sends as many batches as the old one did, so the first batch it sees when it
     # resumes can continue the old seq (and the block counts then compare equal with the
     # old blocks still in view). It must resync all the same: it checks the engine's
-    # buffer at its last seq after every reconnect.
+    # buffer at its last seq after every reconnect (at the reconnect itself: no request
+    # is sent while waiting).
     relay.p.send_signal(signal.SIGSTOP)
     engine.p.terminate()
     engine.p.wait(timeout=10)
@@ -146,19 +147,8 @@ def case_relay(procs, tmp):
     traffic(base, 30, 6)
     relay.p.send_signal(signal.SIGCONT)
     relay.wait_line(r"reconnected to its engine's event stream")
-    more = [60]
-
-    def next_batch():
-        more[0] += 1
-        complete(base, more[0])
-
-    def resynced():
-        if resyncs() >= 1:
-            return True
-        next_batch()  # the relay sees the new engine at its next live batch
-        return False
-    poll(resynced, "the router resynced after the unseen engine restart", timeout=20, interval=0.1)
-    views_equal(base, f, "equal after an engine restart the relay did not see", nudge=next_batch)
+    poll(lambda: resyncs() >= 1, "the router resynced after the unseen engine restart")
+    views_equal(base, f, "equal after an engine restart the relay did not see")
 
     # Engine restart: same ports, empty cache, sequence from 0 again.
     before = resyncs()
@@ -167,21 +157,27 @@ def case_relay(procs, tmp):
     engine, f = start_engine(procs, "engine2", ports)
     traffic(base, 10, 3)
     # Batches sent before the relay's SUB reconnected reach it through the replay socket
-    # at the engine's next live batch (as over ZMQ directly): nudge until one arrives.
-    more[0] = 50
-    views_equal(base, f, "equal again after an engine restart", nudge=next_batch)
-    # The router resynced on the new epoch: as a restart (seq 0 after a higher one) or,
-    # when the relay's resend from 0 overtook the live batch, as a gap. (The counter is
-    # read again until it shows: the view and the metric are read separately.)
-    # A relay whose SUB reconnected after engine2's last batch sees the new epoch only at
-    # the engine's next live batch (as above): keep traffic coming while waiting.
-    def restart_seen():
-        if resyncs() > before:
-            return True
-        next_batch()
-        return False
-    poll(restart_seen, "the router saw the restart (a restart or a gap, then the resync)",
-         interval=0.1)
+    # when it reconnects (it probes the engine's buffer from the last seq it relayed).
+    views_equal(base, f, "equal again after an engine restart")
+    # The router resynced on the new epoch: as a restart (seq 0 after a higher one, or the
+    # relay's clear marker) or, when the relay's resend from 0 overtook the live batch, as
+    # a gap. (The counter is read again until it shows: the view and the metric are read
+    # separately.)
+    poll(lambda: resyncs() > before,
+         "the router saw the restart (a restart or a gap, then the resync)")
+
+    # Idle engine restart: the restarted engine publishes nothing (no request reaches
+    # it). The relay notices at its SUB's reconnect (the engine's buffer no longer holds
+    # the last seq relayed, it is empty) and publishes its clear marker: the router's
+    # view of the engine empties (no stale blocks to route to) and it counts a restart.
+    check(router_blocks(base, f) > 0, "the router holds the engine's blocks before it restarts")
+    before = resyncs()
+    engine.p.terminate()
+    engine.p.wait(timeout=10)
+    engine, f = start_engine(procs, "engine3", ports)
+    poll(lambda: router_blocks(base, f) == 0 and resyncs() > before,
+         "the router's view of the idle restarted engine cleared, a restart counted")
+    check(engine_blocks(f) == 0, "the restarted engine stayed idle (nothing published)")
 
     # NATS restart: batches published while it is down reach the router afterwards.
     nats.p.terminate()
