@@ -136,6 +136,64 @@ void NatsRelay::Run() {
     t.queue.push_back(std::move(b));
   };
 
+  // `got`, a replay from last_seen, starts with the batch relayed last (by its seq alone
+  // when last_seen is JetStream's L: its payload was not read).
+  auto holds_last = [&](const Target& t, const std::vector<Batch>& got) {
+    return !got.empty() && got.front().seq == *t.last_seen &&
+           (!t.last_hash ||
+            XXH3_64bits(got.front().payload.data(), got.front().payload.size()) == *t.last_hash);
+  };
+  // After a reconnect: whether the engine's replay buffer still holds, at last_seen, the
+  // batch relayed last (the same engine, not a restarted one). No replay socket, or no
+  // answer: judged the same, as before replay verification existed.
+  auto same_engine = [&](Target& t) {
+    if (t.spec.replay_endpoint.empty()) return true;
+    std::vector<Batch> got;
+    if (!replay(t, *t.last_seen, got)) return true;
+    return holds_last(t, got);
+  };
+
+  // A new engine epoch whose buffer is resent from 0: the router drops what it already
+  // has, or sees seq 0 and rebuilds. A buffer that does not start at 0 (empty: a
+  // restarted engine that published nothing yet; or a replay that failed) goes out
+  // behind a clear marker, so the router clears its view all the same.
+  auto restart = [&](Target& t, const std::string& why) {
+    spdlog::info("kv relay: {} {}: resending from 0", t.spec.key.ToString(), why);
+    counters_.restarts.fetch_add(1, std::memory_order_relaxed);
+    ++t.epoch;
+    t.last_seen.reset();
+    t.replayed_nothing = false;  // the start check's verdict is stale now
+    std::vector<Batch> got;
+    replay(t, 0, got);
+    if (got.empty() || got.front().seq != 0) {
+      enqueue(t, {0, t.epoch, ClearMarkerPayload()});
+      ++t.epoch;  // the engine's own seq 0 must not take the marker's Nats-Msg-Id
+      t.last_seen.reset();
+      t.after_marker = got.empty();
+    }
+    for (Batch& b : got) enqueue(t, std::move(b));
+  };
+
+  // After the SUB reconnected to its engine, before any live batch: whether the engine's
+  // buffer still holds the batch relayed last. It does: the batches after it (sent while
+  // the SUB was away) are queued. It does not: the engine restarted (restart above),
+  // noticed even when it publishes nothing more. False: no answer, ask again later.
+  auto probe = [&](Target& t) {
+    std::vector<Batch> got;
+    if (!replay(t, *t.last_seen, got)) return false;
+    t.disconnected = false;
+    if (!holds_last(t, got)) {
+      restart(t, fmt::format("reconnected to an engine whose buffer does not hold seq {} as "
+                             "relayed ({} batches from it)",
+                             *t.last_seen, got.size()));
+      return true;
+    }
+    for (Batch& b : got) {
+      if (b.seq > *t.last_seen) enqueue(t, std::move(b));
+    }
+    return true;
+  };
+
   // After start or a reconnect: what JetStream holds for the subject; resend from the
   // engine's buffer what it misses. False: ask again later.
   auto check = [&](Target& t) {
@@ -168,6 +226,9 @@ void NatsRelay::Run() {
         }
         spdlog::info("kv relay: {} JetStream holds up to seq {}; resent {} from the replay socket",
                      t.spec.key.ToString(), l ? std::to_string(*l) : "none", got.size());
+        // Nothing newer than L: an engine that restarted while the relay was away and
+        // published nothing since is noticed now, not at its next batch (probe above).
+        if (!t.checked && got.empty() && l && t.last_seen == l) probe(t);
       } else if (!t.checked && l && !t.last_seen) {
         t.last_seen = l;
         t.last_hash.reset();
@@ -175,63 +236,6 @@ void NatsRelay::Run() {
     }
     if (!t.checked) t.first_live = true;
     t.checked = true;
-    return true;
-  };
-
-  // `got`, a replay from last_seen, starts with the batch relayed last (by its seq alone
-  // when last_seen is JetStream's L: its payload was not read).
-  auto holds_last = [&](const Target& t, const std::vector<Batch>& got) {
-    return !got.empty() && got.front().seq == *t.last_seen &&
-           (!t.last_hash ||
-            XXH3_64bits(got.front().payload.data(), got.front().payload.size()) == *t.last_hash);
-  };
-  // After a reconnect: whether the engine's replay buffer still holds, at last_seen, the
-  // batch relayed last (the same engine, not a restarted one). No replay socket, or no
-  // answer: judged the same, as before replay verification existed.
-  auto same_engine = [&](Target& t) {
-    if (t.spec.replay_endpoint.empty()) return true;
-    std::vector<Batch> got;
-    if (!replay(t, *t.last_seen, got)) return true;
-    return holds_last(t, got);
-  };
-
-  // A new engine epoch whose buffer is resent from 0: the router drops what it already
-  // has, or sees seq 0 and rebuilds. A buffer that does not start at 0 (empty: a
-  // restarted engine that published nothing yet; or a replay that failed) goes out
-  // behind a clear marker, so the router clears its view all the same.
-  auto restart = [&](Target& t, const std::string& why) {
-    spdlog::info("kv relay: {} {}: resending from 0", t.spec.key.ToString(), why);
-    counters_.restarts.fetch_add(1, std::memory_order_relaxed);
-    ++t.epoch;
-    t.last_seen.reset();
-    std::vector<Batch> got;
-    replay(t, 0, got);
-    if (got.empty() || got.front().seq != 0) {
-      enqueue(t, {0, t.epoch, ClearMarkerPayload()});
-      ++t.epoch;  // the engine's own seq 0 must not take the marker's Nats-Msg-Id
-      t.last_seen.reset();
-      t.after_marker = got.empty();
-    }
-    for (Batch& b : got) enqueue(t, std::move(b));
-  };
-
-  // After the SUB reconnected to its engine, before any live batch: whether the engine's
-  // buffer still holds the batch relayed last. It does: the batches after it (sent while
-  // the SUB was away) are queued. It does not: the engine restarted (restart above),
-  // noticed even when it publishes nothing more. False: no answer, ask again later.
-  auto probe = [&](Target& t) {
-    std::vector<Batch> got;
-    if (!replay(t, *t.last_seen, got)) return false;
-    t.disconnected = false;
-    if (!holds_last(t, got)) {
-      restart(t, fmt::format("reconnected to an engine whose buffer does not hold seq {} as "
-                             "relayed ({} batches from it)",
-                             *t.last_seen, got.size()));
-      return true;
-    }
-    for (Batch& b : got) {
-      if (b.seq > *t.last_seen) enqueue(t, std::move(b));
-    }
     return true;
   };
 

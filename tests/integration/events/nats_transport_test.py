@@ -8,7 +8,9 @@ Bounded polls only.
   --case relay  the router's view (/v1/admin/cache-view) equals the engine's dump
                 (/debug/kv-blocks) through relay + JetStream; again after an engine
                 restart, a NATS restart (batches published meanwhile), and with an
-                engine dropping 30% of its live batches (the relay replays the gaps)
+                engine dropping 30% of its live batches (the relay replays the gaps); an
+                engine that restarts and stays idle, while the relay runs and while it
+                is away: the router's view of it empties (the relay's clear marker)
   --case warm   kill -9 the router under traffic and start it again, over ZMQ (the
                 engines' replay sockets) and over JetStream: /ready says "starting"
                 until the views are rebuilt, and the first request with a cached
@@ -178,6 +180,22 @@ def case_relay(procs, tmp):
     poll(lambda: router_blocks(base, f) == 0 and resyncs() > before,
          "the router's view of the idle restarted engine cleared, a restart counted")
     check(engine_blocks(f) == 0, "the restarted engine stayed idle (nothing published)")
+
+    # The same while the relay is away: it stops, the engine restarts and stays idle, a
+    # new relay starts. JetStream holds nothing newer than the old engine's last seq and
+    # the engine's buffer lacks that seq: the new relay publishes the clear marker.
+    traffic(base, 70, 3)
+    views_equal(base, f, "equal before the engine restarts while the relay is away")
+    relay.p.terminate()
+    relay.p.wait(timeout=10)
+    before = resyncs()
+    engine.p.terminate()
+    engine.p.wait(timeout=10)
+    engine, f = start_engine(procs, "engine4", ports)
+    relay = start_relay(procs, f, nats_url, name="relay-b")
+    poll(lambda: router_blocks(base, f) == 0 and resyncs() > before,
+         "the router's view cleared of an engine that restarted idle while the relay was away")
+    check(engine_blocks(f) == 0, "that engine stayed idle (nothing published)")
 
     # NATS restart: batches published while it is down reach the router afterwards.
     nats.p.terminate()
