@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
-#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <optional>
@@ -29,6 +28,8 @@ std::string ClearMarkerPayload() {
   return EncodeEventBatch(EventBatch{.events = {AllCleared{}}}, WireShape::kVllm);
 }
 
+constexpr int kMaxProbes = 5;  // per reconnect; retried after 1, 2, 4, 8 s
+
 uint64_t InstanceId() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
@@ -50,7 +51,7 @@ struct NatsRelay::Target {
   uint64_t epoch = 0;                  // bumped at each engine restart (Nats-Msg-Id)
   bool after_marker = false;           // a clear marker was the last batch queued
   bool probe_due = false;              // reconnected: ask the replay socket (probe)
-  int probe_failures = 0;              // in a row: the next probe waits 1 s << n
+  int probe_failures = 0;              // in a row since the reconnect
   std::chrono::steady_clock::time_point probe_at{};
   std::deque<Batch> queue;             // not yet acknowledged, in engine order
 };
@@ -232,6 +233,9 @@ void NatsRelay::Run() {
       } else if (!t.checked && l && !t.last_seen) {
         t.last_seen = l;
         t.last_hash.reset();
+        // No answer (the engine is down, or restarting): judged as after a reconnect,
+        // probed when the SUB connects (an idle restarted engine sends nothing).
+        t.disconnected = true;
       }
     }
     if (!t.checked) t.first_live = true;
@@ -375,11 +379,13 @@ void NatsRelay::Run() {
         continue;
       }
       if (std::chrono::steady_clock::now() < t->probe_at) continue;
-      if (probe(*t)) {
+      // A probe blocks this thread up to replay_timeout_ms: after kMaxProbes without an
+      // answer the next live batch decides, as before probes.
+      if (probe(*t) || ++t->probe_failures >= kMaxProbes) {
         t->probe_due = false;
       } else {
         t->probe_at = std::chrono::steady_clock::now() +
-                      std::chrono::milliseconds(1000 << std::min(t->probe_failures++, 5));
+                      std::chrono::milliseconds(1000 << (t->probe_failures - 1));
       }
     }
     if (!reconnected_.load()) {

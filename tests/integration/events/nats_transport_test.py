@@ -10,7 +10,8 @@ Bounded polls only.
                 restart, a NATS restart (batches published meanwhile), and with an
                 engine dropping 30% of its live batches (the relay replays the gaps); an
                 engine that restarts and stays idle, while the relay runs and while it
-                is away: the router's view of it empties (the relay's clear marker)
+                is away, or starts while it is down: the router's view of it empties
+                (the relay's clear marker)
   --case warm   kill -9 the router under traffic and start it again, over ZMQ (the
                 engines' replay sockets) and over JetStream: /ready says "starting"
                 until the views are rebuilt, and the first request with a cached
@@ -195,6 +196,23 @@ def case_relay(procs, tmp):
     relay = start_relay(procs, f, nats_url, name="relay-b")
     poll(lambda: router_blocks(base, f) == 0 and resyncs() > before,
          "the router's view cleared of an engine that restarted idle while the relay was away")
+    check(engine_blocks(f) == 0, "that engine stayed idle (nothing published)")
+
+    # And a relay that starts while its engine is down (its start replay gets no answer)
+    # probes until the engine, restarted and idle, answers.
+    traffic(base, 80, 3)
+    views_equal(base, f, "equal before the engine restarts after the relay")
+    relay.p.terminate()
+    relay.p.wait(timeout=10)
+    before = resyncs()
+    engine.p.terminate()
+    engine.p.wait(timeout=10)
+    relay = start_relay(procs, f, nats_url, name="relay-c")
+    relay.wait_line(r"replay from \d+ at .* failed")
+    engine, f = start_engine(procs, "engine5", ports)
+    poll(lambda: router_blocks(base, f) == 0 and resyncs() > before,
+         "the router's view cleared of an engine that restarted idle after the relay started",
+         timeout=40)
     check(engine_blocks(f) == 0, "that engine stayed idle (nothing published)")
 
     # NATS restart: batches published while it is down reach the router afterwards.
