@@ -9,9 +9,9 @@ Bounded polls only.
                 (/debug/kv-blocks) through relay + JetStream; again after an engine
                 restart, a NATS restart (batches published meanwhile), and with an
                 engine dropping 30% of its live batches (the relay replays the gaps); an
-                engine that restarts and stays idle, while the relay runs and while it
-                is away, or starts while it is down: the router's view of it empties
-                (the relay's clear marker)
+                engine that restarts and stays idle (while the relay runs, while it is
+                away, and after a relay started while the engine was down): the
+                router's view of it empties (the relay's clear marker)
   --case warm   kill -9 the router under traffic and start it again, over ZMQ (the
                 engines' replay sockets) and over JetStream: /ready says "starting"
                 until the views are rebuilt, and the first request with a cached
