@@ -177,47 +177,43 @@ def case_relay(procs, tmp):
     # it). The relay notices at its SUB's reconnect (the engine's buffer no longer holds
     # the last seq relayed, it is empty) and publishes its clear marker: the router's
     # view of the engine empties (no stale blocks to route to) and it counts a restart.
-    check(router_blocks(base, f) > 0, "the router holds the engine's blocks before it restarts")
-    before = resyncs()
-    engine.p.terminate()
-    engine.p.wait(timeout=10)
-    engine, f = start_engine(procs, "engine3", ports)
-    poll(lambda: router_blocks(base, f) == 0 and resyncs() > before,
-         "the router's view of the idle restarted engine cleared, a restart counted")
-    check(engine_blocks(f) == 0, "the restarted engine stayed idle (nothing published)")
+    def idle_restart(name, what, relay_name=None, relay_first=False, timeout=20):
+        """Restarts the engine (stopping the relay and starting `relay_name` when given,
+        before or after the engine); the engine publishes nothing: the router's view of
+        it must empty and its restarts + gaps count move."""
+        nonlocal engine, f, relay
+        check(router_blocks(base, f) > 0, f"the router holds the engine's blocks ({what})")
+        if relay_name:
+            relay.p.terminate()
+            relay.p.wait(timeout=10)
+        before = resyncs()
+        engine.p.terminate()
+        engine.p.wait(timeout=10)
+        if relay_first:
+            relay = start_relay(procs, f, nats_url, name=relay_name)
+            relay.wait_line(r"replay from \d+ at .* failed")  # the engine is down
+        engine, f = start_engine(procs, name, ports)
+        if relay_name and not relay_first:
+            relay = start_relay(procs, f, nats_url, name=relay_name)
+        poll(lambda: router_blocks(base, f) == 0 and resyncs() > before,
+             f"the router's view cleared, a restart counted ({what})", timeout=timeout)
+        check(engine_blocks(f) == 0, f"the engine stayed idle ({what})")
+
+    idle_restart("engine3", "an idle engine restart while the relay runs")
 
     # The same while the relay is away: it stops, the engine restarts and stays idle, a
     # new relay starts. JetStream holds nothing newer than the old engine's last seq and
     # the engine's buffer lacks that seq: the new relay publishes the clear marker.
     traffic(base, 70, 3)
     views_equal(base, f, "equal before the engine restarts while the relay is away")
-    relay.p.terminate()
-    relay.p.wait(timeout=10)
-    before = resyncs()
-    engine.p.terminate()
-    engine.p.wait(timeout=10)
-    engine, f = start_engine(procs, "engine4", ports)
-    relay = start_relay(procs, f, nats_url, name="relay-b")
-    poll(lambda: router_blocks(base, f) == 0 and resyncs() > before,
-         "the router's view cleared of an engine that restarted idle while the relay was away")
-    check(engine_blocks(f) == 0, "that engine stayed idle (nothing published)")
+    idle_restart("engine4", "an idle engine restart while the relay was away", "relay-b")
 
     # And a relay that starts while its engine is down (its start replay gets no answer)
-    # probes until the engine, restarted and idle, answers.
+    # probes when its SUB connects to the engine, restarted and idle.
     traffic(base, 80, 3)
     views_equal(base, f, "equal before the engine restarts after the relay")
-    relay.p.terminate()
-    relay.p.wait(timeout=10)
-    before = resyncs()
-    engine.p.terminate()
-    engine.p.wait(timeout=10)
-    relay = start_relay(procs, f, nats_url, name="relay-c")
-    relay.wait_line(r"replay from \d+ at .* failed")
-    engine, f = start_engine(procs, "engine5", ports)
-    poll(lambda: router_blocks(base, f) == 0 and resyncs() > before,
-         "the router's view cleared of an engine that restarted idle after the relay started",
-         timeout=40)
-    check(engine_blocks(f) == 0, "that engine stayed idle (nothing published)")
+    idle_restart("engine5", "an idle engine restarted after the relay started", "relay-c",
+                 relay_first=True, timeout=40)
 
     # NATS restart: batches published while it is down reach the router afterwards.
     nats.p.terminate()
