@@ -9,6 +9,7 @@
 #include <random>
 #include <zmq.hpp>
 
+#include "engine_events/event_encoder.h"
 #include "event_wire/nats_subject.h"
 #include "event_wire/zmq_frames.h"
 
@@ -20,6 +21,14 @@ struct Batch {
   uint64_t epoch;
   std::string payload;
 };
+
+// The relay's clear marker (doc/nats-transport.md §1): seq 0 with one AllBlocksCleared,
+// for a restarted engine whose buffer does not start at 0 (an idle one's is empty).
+std::string ClearMarkerPayload() {
+  return EncodeEventBatch(EventBatch{.events = {AllCleared{}}}, WireShape::kVllm);
+}
+
+constexpr int kMaxProbes = 5;  // per reconnect; retried after 1, 2, 4, 8 s
 
 uint64_t InstanceId() {
   std::random_device rd;
@@ -34,12 +43,16 @@ struct NatsRelay::Target {
   MonitoredSub zmq;
   bool disconnected = false;           // the SUB lost its engine since the last message
   std::optional<uint64_t> last_seen;   // the last engine seq queued
-  uint64_t last_hash = 0;              // XXH3 of that batch's payload
+  std::optional<uint64_t> last_hash;   // XXH3 of its payload (none: L from JetStream)
   std::optional<uint64_t> last_acked;  // the last one JetStream acknowledged
   bool checked = false;                // the stream's position was read since start
   bool replayed_nothing = false;       // the start check found nothing newer than L
   bool first_live = true;              // no live message since the start check
   uint64_t epoch = 0;                  // bumped at each engine restart (Nats-Msg-Id)
+  bool after_marker = false;           // a clear marker was the last batch queued
+  bool probe_due = false;              // reconnected: ask the replay socket (probe)
+  int probe_failures = 0;              // in a row since the reconnect
+  std::chrono::steady_clock::time_point probe_at{};
   std::deque<Batch> queue;             // not yet acknowledged, in engine order
 };
 
@@ -124,6 +137,64 @@ void NatsRelay::Run() {
     t.queue.push_back(std::move(b));
   };
 
+  // `got`, a replay from last_seen, starts with the batch relayed last (by its seq alone
+  // when last_seen is JetStream's L: its payload was not read).
+  auto holds_last = [&](const Target& t, const std::vector<Batch>& got) {
+    return !got.empty() && got.front().seq == *t.last_seen &&
+           (!t.last_hash ||
+            XXH3_64bits(got.front().payload.data(), got.front().payload.size()) == *t.last_hash);
+  };
+  // After a reconnect: whether the engine's replay buffer still holds, at last_seen, the
+  // batch relayed last (the same engine, not a restarted one). No replay socket, or no
+  // answer: judged the same, as before replay verification existed.
+  auto same_engine = [&](Target& t) {
+    if (t.spec.replay_endpoint.empty()) return true;
+    std::vector<Batch> got;
+    if (!replay(t, *t.last_seen, got)) return true;
+    return holds_last(t, got);
+  };
+
+  // A new engine epoch whose buffer is resent from 0: the router drops what it already
+  // has, or sees seq 0 and rebuilds. A buffer that does not start at 0 (empty: a
+  // restarted engine that published nothing yet; or a replay that failed) goes out
+  // behind a clear marker, so the router clears its view all the same.
+  auto restart = [&](Target& t, const std::string& why) {
+    spdlog::info("kv relay: {} {}: resending from 0", t.spec.key.ToString(), why);
+    counters_.restarts.fetch_add(1, std::memory_order_relaxed);
+    ++t.epoch;
+    t.last_seen.reset();
+    t.replayed_nothing = false;  // the start check's verdict is stale now
+    std::vector<Batch> got;
+    replay(t, 0, got);
+    if (got.empty() || got.front().seq != 0) {
+      enqueue(t, {0, t.epoch, ClearMarkerPayload()});
+      ++t.epoch;  // the engine's own seq 0 must not take the marker's Nats-Msg-Id
+      t.last_seen.reset();
+      t.after_marker = got.empty();
+    }
+    for (Batch& b : got) enqueue(t, std::move(b));
+  };
+
+  // After the SUB reconnected to its engine, before any live batch: whether the engine's
+  // buffer still holds the batch relayed last. It does: the batches after it (sent while
+  // the SUB was away) are queued. It does not: the engine restarted (restart above),
+  // noticed even when it publishes nothing more. False: no answer, ask again later.
+  auto probe = [&](Target& t) {
+    std::vector<Batch> got;
+    if (!replay(t, *t.last_seen, got)) return false;
+    t.disconnected = false;
+    if (!holds_last(t, got)) {
+      restart(t, fmt::format("reconnected to an engine whose buffer does not hold seq {} as "
+                             "relayed ({} batches from it)",
+                             *t.last_seen, got.size()));
+      return true;
+    }
+    for (Batch& b : got) {
+      if (b.seq > *t.last_seen) enqueue(t, std::move(b));
+    }
+    return true;
+  };
+
   // After start or a reconnect: what JetStream holds for the subject; resend from the
   // engine's buffer what it misses. False: ask again later.
   auto check = [&](Target& t) {
@@ -149,12 +220,22 @@ void NatsRelay::Run() {
         if (!got.empty() && (!t.last_seen || *t.last_seen < upto)) t.last_seen = upto;
         if (!t.checked) {
           t.replayed_nothing = got.empty();
-          if (got.empty() && l && !t.last_seen) t.last_seen = l;
+          if (got.empty() && l && !t.last_seen) {
+            t.last_seen = l;
+            t.last_hash.reset();
+          }
         }
         spdlog::info("kv relay: {} JetStream holds up to seq {}; resent {} from the replay socket",
                      t.spec.key.ToString(), l ? std::to_string(*l) : "none", got.size());
+        // Nothing newer than L: an engine that restarted while the relay was away and
+        // published nothing since is noticed now, not at its next batch (probe above).
+        if (!t.checked && got.empty() && l && t.last_seen == l) probe(t);
       } else if (!t.checked && l && !t.last_seen) {
         t.last_seen = l;
+        t.last_hash.reset();
+        // No answer (the engine is down, or restarting): judged as after a reconnect,
+        // probed when the SUB connects (an idle restarted engine sends nothing).
+        t.disconnected = true;
       }
     }
     if (!t.checked) t.first_live = true;
@@ -162,32 +243,12 @@ void NatsRelay::Run() {
     return true;
   };
 
-  // After a reconnect: whether the engine's replay buffer still holds, at last_seen, the
-  // batch relayed last (the same engine, not a restarted one). No replay socket, or no
-  // answer: judged the same, as before replay verification existed.
-  auto same_engine = [&](Target& t) {
-    if (t.spec.replay_endpoint.empty()) return true;
-    std::vector<Batch> got;
-    if (!replay(t, *t.last_seen, got)) return true;
-    return !got.empty() && got.front().seq == *t.last_seen &&
-           XXH3_64bits(got.front().payload.data(), got.front().payload.size()) == t.last_hash;
-  };
-
   auto on_live = [&](Target& t, uint64_t seq, std::string payload) {
     counters_.received.fetch_add(1, std::memory_order_relaxed);
     const bool first = t.first_live;
     t.first_live = false;
-    // A new engine epoch whose buffer is resent from 0: the router drops what it
-    // already has, or sees seq 0 and rebuilds.
     auto resend_from_zero = [&](const char* why) {
-      spdlog::info("kv relay: {} {} (seq {} after {}): resending from 0", t.spec.key.ToString(),
-                   why, seq, *t.last_seen);
-      counters_.restarts.fetch_add(1, std::memory_order_relaxed);
-      ++t.epoch;
-      t.last_seen.reset();
-      std::vector<Batch> got;
-      replay(t, 0, got);
-      for (Batch& b : got) enqueue(t, std::move(b));
+      restart(t, fmt::format("{} (seq {} after {})", why, seq, *t.last_seen));
     };
     const bool reconnected = t.disconnected;
     t.disconnected = false;
@@ -208,6 +269,17 @@ void NatsRelay::Run() {
       ++t.epoch;
       t.last_seen.reset();
     }
+    if (t.after_marker && !t.last_seen && seq > 0) {
+      // After a clear marker the stream restarts at 0: the engine's first batches went
+      // by before the SUB's subscription reached its engine.
+      counters_.gaps.fetch_add(1, std::memory_order_relaxed);
+      std::vector<Batch> got;
+      replay(t, 0, got);
+      for (Batch& b : got) {
+        if (b.seq < seq) enqueue(t, std::move(b));
+      }
+    }
+    t.after_marker = false;
     if (t.last_seen && seq <= *t.last_seen) {
       counters_.dropped.fetch_add(1, std::memory_order_relaxed);  // the replay had it
       return;
@@ -284,6 +356,9 @@ void NatsRelay::Run() {
         if (e.connected && t.disconnected) {
           spdlog::info("kv relay: {} reconnected to its engine's event stream",
                        t.spec.key.ToString());
+          t.probe_due = t.last_seen && !t.spec.replay_endpoint.empty();
+          t.probe_failures = 0;
+          t.probe_at = std::chrono::steady_clock::now();
         }
       }
       if (!(items[2 * i + 1].revents & ZMQ_POLLIN)) continue;
@@ -295,6 +370,22 @@ void NatsRelay::Run() {
           continue;
         }
         on_live(t, ReadBE64(frames[1]), frames[2].to_string());
+      }
+    }
+    for (auto& t : targets) {
+      // A live batch after the reconnect was judged by on_live already.
+      if (!t->probe_due || !t->disconnected || !t->last_seen) {
+        t->probe_due = false;
+        continue;
+      }
+      if (std::chrono::steady_clock::now() < t->probe_at) continue;
+      // A probe blocks this thread up to replay_timeout_ms: after kMaxProbes without an
+      // answer the next live batch decides, as before probes.
+      if (probe(*t) || ++t->probe_failures >= kMaxProbes) {
+        t->probe_due = false;
+      } else {
+        t->probe_at = std::chrono::steady_clock::now() +
+                      std::chrono::milliseconds(1000 << (t->probe_failures - 1));
       }
     }
     if (!reconnected_.load()) {

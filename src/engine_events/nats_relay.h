@@ -19,7 +19,14 @@
 //   - seq 0 after others is an engine restart: published as it comes (the router
 //     clears the view), the Nats-Msg-Id epoch bumped so ids stay unique; a first live
 //     seq at or below L with nothing newer to replay is an engine that restarted while
-//     the relay was down: the relay republishes its buffer from 0;
+//     the relay was down: the relay republishes its buffer from 0; at start, when
+//     nothing newer than L was replayed, the engine's buffer is probed at L at once;
+//   - after the SUB reconnected (monitor: connected after a disconnect), with no live
+//     message yet, the relay probes the replay socket from the last seq relayed: a
+//     buffer that does not hold that batch (an idle restarted engine's is empty) is an
+//     engine restart, seen without waiting for a live batch that may never come;
+//   - a restart whose resend does not start at seq 0 goes out behind the relay's clear
+//     marker (seq 0, one AllBlocksCleared): the router clears its view all the same;
 //   - while NATS is unreachable batches queue (max_queued per target, oldest dropped
 //     and counted) and are published in order once it is back.
 //

@@ -8,7 +8,10 @@ Bounded polls only.
   --case relay  the router's view (/v1/admin/cache-view) equals the engine's dump
                 (/debug/kv-blocks) through relay + JetStream; again after an engine
                 restart, a NATS restart (batches published meanwhile), and with an
-                engine dropping 30% of its live batches (the relay replays the gaps)
+                engine dropping 30% of its live batches (the relay replays the gaps); an
+                engine that restarts and stays idle (while the relay runs, while it is
+                away, and after a relay started while the engine was down): the
+                router's view of it empties (the relay's clear marker)
   --case warm   kill -9 the router under traffic and start it again, over ZMQ (the
                 engines' replay sockets) and over JetStream: /ready says "starting"
                 until the views are rebuilt, and the first request with a cached
@@ -113,8 +116,12 @@ def views_equal(base, fields, what, nudge=None):
 
 
 def traffic(base, first, count):
+    """Requests `first`.. in turn; each is sent again until it succeeds (bounded): after an
+    engine restart the router's health check may hold the worker out of picks until it
+    answers a probe again (a Debug+ASan engine under load is down for seconds)."""
     for g in range(first, first + count):
-        check(complete(base, g) == 200, f"request {g} through the router")
+        poll(lambda: complete(base, g) == 200, f"request {g} through the router",
+             interval=0.1)
 
 
 def case_relay(procs, tmp):
@@ -138,7 +145,8 @@ def case_relay(procs, tmp):
     # and sends as many batches as the old one did, so the first batch it sees when it
     # resumes can continue the old seq (and the block counts then compare equal with the
     # old blocks still in view). It must resync all the same: it checks the engine's
-    # buffer at its last seq after every reconnect.
+    # buffer at its last seq after every reconnect (at the reconnect itself: no request
+    # is sent while waiting).
     relay.p.send_signal(signal.SIGSTOP)
     engine.p.terminate()
     engine.p.wait(timeout=10)
@@ -146,19 +154,8 @@ def case_relay(procs, tmp):
     traffic(base, 30, 6)
     relay.p.send_signal(signal.SIGCONT)
     relay.wait_line(r"reconnected to its engine's event stream")
-    more = [60]
-
-    def next_batch():
-        more[0] += 1
-        complete(base, more[0])
-
-    def resynced():
-        if resyncs() >= 1:
-            return True
-        next_batch()  # the relay sees the new engine at its next live batch
-        return False
-    poll(resynced, "the router resynced after the unseen engine restart", timeout=20, interval=0.1)
-    views_equal(base, f, "equal after an engine restart the relay did not see", nudge=next_batch)
+    poll(lambda: resyncs() >= 1, "the router resynced after the unseen engine restart")
+    views_equal(base, f, "equal after an engine restart the relay did not see")
 
     # Engine restart: same ports, empty cache, sequence from 0 again.
     before = resyncs()
@@ -167,21 +164,56 @@ def case_relay(procs, tmp):
     engine, f = start_engine(procs, "engine2", ports)
     traffic(base, 10, 3)
     # Batches sent before the relay's SUB reconnected reach it through the replay socket
-    # at the engine's next live batch (as over ZMQ directly): nudge until one arrives.
-    more[0] = 50
-    views_equal(base, f, "equal again after an engine restart", nudge=next_batch)
-    # The router resynced on the new epoch: as a restart (seq 0 after a higher one) or,
-    # when the relay's resend from 0 overtook the live batch, as a gap. (The counter is
-    # read again until it shows: the view and the metric are read separately.)
-    # A relay whose SUB reconnected after engine2's last batch sees the new epoch only at
-    # the engine's next live batch (as above): keep traffic coming while waiting.
-    def restart_seen():
-        if resyncs() > before:
-            return True
-        next_batch()
-        return False
-    poll(restart_seen, "the router saw the restart (a restart or a gap, then the resync)",
-         interval=0.1)
+    # when it reconnects (it probes the engine's buffer from the last seq it relayed).
+    views_equal(base, f, "equal again after an engine restart")
+    # The router resynced on the new epoch: as a restart (seq 0 after a higher one, or the
+    # relay's clear marker) or, when the relay's resend from 0 overtook the live batch, as
+    # a gap. (The counter is read again until it shows: the view and the metric are read
+    # separately.)
+    poll(lambda: resyncs() > before,
+         "the router saw the restart (a restart or a gap, then the resync)")
+
+    # Idle engine restart: the restarted engine publishes nothing (no request reaches
+    # it). The relay notices at its SUB's reconnect (the engine's buffer no longer holds
+    # the last seq relayed, it is empty) and publishes its clear marker: the router's
+    # view of the engine empties (no stale blocks to route to) and it counts a restart.
+    def idle_restart(name, what, relay_name=None, relay_first=False, timeout=20):
+        """Restarts the engine (stopping the relay and starting `relay_name` when given,
+        before or after the engine); the engine publishes nothing: the router's view of
+        it must empty and its restarts + gaps count move."""
+        nonlocal engine, f, relay
+        check(router_blocks(base, f) > 0, f"the router holds the engine's blocks ({what})")
+        if relay_name:
+            relay.p.terminate()
+            relay.p.wait(timeout=10)
+        before = resyncs()
+        engine.p.terminate()
+        engine.p.wait(timeout=10)
+        if relay_first:
+            relay = start_relay(procs, f, nats_url, name=relay_name)
+            relay.wait_line(r"replay from \d+ at .* failed")  # the engine is down
+        engine, f = start_engine(procs, name, ports)
+        if relay_name and not relay_first:
+            relay = start_relay(procs, f, nats_url, name=relay_name)
+        poll(lambda: router_blocks(base, f) == 0 and resyncs() > before,
+             f"the router's view cleared, a restart counted ({what})", timeout=timeout)
+        check(engine_blocks(f) == 0, f"the engine stayed idle ({what})")
+
+    idle_restart("engine3", "an idle engine restart while the relay runs")
+
+    # The same while the relay is away: it stops, the engine restarts and stays idle, a
+    # new relay starts. JetStream holds nothing newer than the old engine's last seq and
+    # the engine's buffer lacks that seq: the new relay publishes the clear marker.
+    traffic(base, 70, 3)
+    views_equal(base, f, "equal before the engine restarts while the relay is away")
+    idle_restart("engine4", "an idle engine restart while the relay was away", "relay-b")
+
+    # And a relay that starts while its engine is down (its start replay gets no answer)
+    # probes when its SUB connects to the engine, restarted and idle.
+    traffic(base, 80, 3)
+    views_equal(base, f, "equal before the engine restarts after the relay")
+    idle_restart("engine5", "an idle engine restarted after the relay started", "relay-c",
+                 relay_first=True, timeout=40)
 
     # NATS restart: batches published while it is down reach the router afterwards.
     nats.p.terminate()
