@@ -221,7 +221,7 @@ double Selector::Settle(std::span<const TargetId> candidates, bool from_views, b
   for (size_t i = 0; i < candidates.size(); ++i) {
     const TargetId t = candidates[i];
     load_.ObserveCachedBlocks(t, index_.BlockCount(t));
-    if (config_.settle_from_views && from_views) {
+    if (config_.settle_from_views && from_views && load_.MaySettle(t)) {
       load_.Settle(
           t, index_.ViewVersion(t),
           [&](BlockHash h) {

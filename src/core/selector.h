@@ -337,6 +337,7 @@ class Selector {
   std::vector<double> costs_scratch_;  // least-load: load by position
   // The pruned pick's scratch: scored (1) by position, the scored positions, scores.
   std::vector<uint8_t> scored_;
+  std::vector<size_t> at_lowest_;
   std::vector<size_t> scored_at_;
   std::vector<Scored> scores_;
   std::vector<size_t> fold_;

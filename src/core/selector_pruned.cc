@@ -33,8 +33,11 @@ size_t Selector::PickPruned(const RoutingInput& input, std::span<const TargetId>
                             Scored& best) {
   const size_t n = candidates.size();
   const double trust_max = std::max(1.0, predictions_.options().drifting_trust);
-  // The bounds, by position (in result.costs: a skipped candidate keeps its bound).
-  double lowest = std::numeric_limits<double>::infinity();
+  // The bounds, by position (in result.costs: a skipped candidate keeps its bound);
+  // the least of them and where, and the least above it.
+  const double inf = std::numeric_limits<double>::infinity();
+  double lowest = inf, rest = inf;
+  at_lowest_.clear();
   for (size_t i = 0; i < n; ++i) {
     double bound = 0;
     if (k.use_tokens) {
@@ -47,28 +50,29 @@ size_t Selector::PickPruned(const RoutingInput& input, std::span<const TargetId>
       bound = k.w_overlap * (request_blocks_[i] - credit_max);
     }
     result.costs[i] = bound;
-    lowest = std::min(lowest, bound);
+    if (bound < lowest) {
+      rest = lowest;
+      lowest = bound;
+      at_lowest_.clear();
+      at_lowest_.push_back(i);
+    } else if (bound == lowest) {
+      at_lowest_.push_back(i);
+    } else if (bound < rest) {
+      rest = bound;
+    }
   }
-  scored_.assign(n, 0);
   scored_at_.clear();
   scores_.clear();
-  // Score every candidate whose bound is <= `threshold`; raise it until each one left
-  // is clearly above the costs that take part in the scan (the "kept" ones).
-  double threshold = lowest;
-  for (int round = 0;; ++round) {
-    double rest = std::numeric_limits<double>::infinity();  // the least bound left
-    for (size_t i = 0; i < n; ++i) {
-      if (scored_[i]) continue;
-      if (round >= 6 || result.costs[i] <= threshold) {
-        const TargetId t = candidates[i];
-        scored_[i] = 1;
-        scored_at_.push_back(i);
-        scores_.push_back(ScoreOne(input, i, t, k, load_.TermsOf(t, request_blocks_[i], now_ns_)));
-        result.costs[i] = scores_.back().cost;
-      } else {
-        rest = std::min(rest, result.costs[i]);
-      }
-    }
+  const auto score = [&](size_t i) {
+    const TargetId t = candidates[i];
+    scored_at_.push_back(i);
+    scores_.push_back(ScoreOne(input, i, t, k, load_.TermsOf(t, request_blocks_[i], now_ns_)));
+    result.costs[i] = scores_.back().cost;
+  };
+  for (size_t i : at_lowest_) score(i);
+  // Raise the threshold until each candidate left is clearly above the costs that take
+  // part in the scan (the "kept" ones); past 6 rounds, score them all.
+  for (int round = 1;; ++round) {
     // The kept costs: the scored ones in increasing order while the next one is not
     // clearly above those before it (every skipped cost, scored or not, is then clearly
     // above all kept ones: it never replaces a kept best, and the first kept one in
@@ -87,12 +91,26 @@ size_t Selector::PickPruned(const RoutingInput& input, std::span<const TargetId>
     }
     const double hi = scores_[fold_[kept - 1]].cost;
     const double mag = std::max(std::fabs(lo), std::fabs(hi));
-    if (rest == std::numeric_limits<double>::infinity() || ClearlyAbove(rest, hi, mag)) {
+    if (rest == inf || ClearlyAbove(rest, hi, mag)) {
       fold_.resize(kept);
       break;
     }
     // Some bound left is not clearly above: score those near the kept costs too.
-    threshold = std::max(rest, hi + 4e-9 * std::max({1.0, mag, std::fabs(rest)}));
+    const double threshold = std::max(rest, hi + 4e-9 * std::max({1.0, mag, std::fabs(rest)}));
+    if (round == 1) {
+      scored_.assign(n, 0);
+      for (size_t i : scored_at_) scored_[i] = 1;
+    }
+    rest = inf;
+    for (size_t i = 0; i < n; ++i) {
+      if (scored_[i]) continue;
+      if (round >= 6 || result.costs[i] <= threshold) {
+        scored_[i] = 1;
+        score(i);
+      } else {
+        rest = std::min(rest, result.costs[i]);
+      }
+    }
   }
   result.scored = scores_.size();
   // The kept ones in scan order (positions from `start` on, wrapping).
