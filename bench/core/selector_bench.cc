@@ -9,6 +9,9 @@
 //    conversation continued by 4 new blocks (deep hits on its holders, the prefix on
 //    every other target). 256 picks stay in flight (their guards are released oldest
 //    first, half of them past their prefill), so the load state is not empty.
+//    pruned:1 asks for the pruned pick (RoutingInput::exact_costs = false; the same
+//    winners, doc/selection.md "Pruned pick"); counter `scored`: candidates scored in
+//    full per pick (mean).
 #include <benchmark/benchmark.h>
 
 #include <deque>
@@ -64,10 +67,12 @@ void BM_Pick(benchmark::State& state) {
   std::deque<LoadState::ActiveGuard> inflight;
   std::vector<double> cpu_ns;
   size_t q = 0;
+  double scored = 0;
   for (auto _ : state) {
     RoutingInput input;
     input.request_id = "bench";
     input.tokens = std::span<const TokenId>(requests[q++ % requests.size()]);
+    input.exact_costs = state.range(2) == 0;
     const int64_t t0 = testing::ThreadCpuNs();
     absl::StatusOr<PickResult> pick = selector.Pick(input, f.ids);
     cpu_ns.push_back(static_cast<double>(testing::ThreadCpuNs() - t0));
@@ -76,17 +81,21 @@ void BM_Pick(benchmark::State& state) {
       return;
     }
     benchmark::DoNotOptimize(pick->picked);
+    scored += static_cast<double>(pick->scored);
     if (q % 2 == 0) pick->guard.PrefillDone();
     inflight.push_back(std::move(pick->guard));
     if (inflight.size() > kInFlight) inflight.pop_front();
   }
   testing::SetPickCpuCounters(state, std::move(cpu_ns));
+  state.counters["scored"] = q > 0 ? scored / static_cast<double>(q) : 0;
 }
 
 BENCHMARK(BM_Pick)
-    ->ArgNames({"targets", "blocks"})
-    ->Args({64, 256})
-    ->Args({4104, 2441})
+    ->ArgNames({"targets", "blocks", "pruned"})
+    ->Args({64, 256, 0})
+    ->Args({64, 256, 1})
+    ->Args({4104, 2441, 0})
+    ->Args({4104, 2441, 1})
     ->Iterations(4000)
     ->Unit(benchmark::kMicrosecond);
 

@@ -190,8 +190,13 @@ class LoadState {
   void Settle(TargetId target, uint64_t view_version,
               absl::FunctionRef<bool(BlockHash)> confirmed,
               std::optional<int64_t> now_ns = std::nullopt) {
-    if (target < hot_.size() && hot_[target].settle == 0) return;
+    if (!MaySettle(target)) return;
     SettleSlot(target, view_version, confirmed, now_ns);
+  }
+  // Whether Settle() may have anything to do for the target (pending prefills or
+  // recent charges): false lets a caller skip reading the view's version.
+  bool MaySettle(TargetId target) const {
+    return target >= hot_.size() || hot_[target].settle != 0;
   }
 
   // The worker's KV capacity in blocks (num_gpu_blocks); 0 forgets it.

@@ -221,7 +221,7 @@ double Selector::Settle(std::span<const TargetId> candidates, bool from_views, b
   for (size_t i = 0; i < candidates.size(); ++i) {
     const TargetId t = candidates[i];
     load_.ObserveCachedBlocks(t, index_.BlockCount(t));
-    if (config_.settle_from_views && from_views) {
+    if (config_.settle_from_views && from_views && load_.MaySettle(t)) {
       load_.Settle(
           t, index_.ViewVersion(t),
           [&](BlockHash h) {
@@ -303,81 +303,92 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
   const size_t n = candidates.size();
   const double w = config_.OverlapWeight(input.role) * input.overlap_weight_factor;
   const bool has_images = !input.image_keys.empty();
+  KvAwareTerms k;
   // Text overlap is not trusted when images are present: the placeholder tokens are
   // the same for every image. Image affinity replaces it, in the prefill/mixed pool.
-  const bool use_tokens = input.tokens.has_value() && !has_images;
-  const bool use_images = has_images && input.role != Role::kDecode;
-  result.w_overlap = use_tokens ? w : 0.0;
-  const double w_mm = use_images ? config_.mm_weight_factor * w : 0.0;
+  k.use_tokens = input.tokens.has_value() && !has_images;
+  k.use_images = has_images && input.role != Role::kDecode;
+  k.w_overlap = result.w_overlap = k.use_tokens ? w : 0.0;
+  k.w_mm = k.use_images ? config_.mm_weight_factor * w : 0.0;
+  k.inflight_on = config_.inflight_credit != 0 && config_.inflight_credit_holders != 0;
 
-  MatchCandidates(input, candidates, use_tokens);
+  MatchCandidates(input, candidates, k.use_tokens);
 
-  const double q = Settle(candidates, /*from_views=*/true, /*decay=*/true, /*terms=*/true);
+  // The pruned pick reads the load terms of the candidates it scores only.
+  const bool pruned = !input.exact_costs;
+  const double q = Settle(candidates, /*from_views=*/true, /*decay=*/true, /*terms=*/!pruned);
   // Load queue scaling: the load term divided by 1 + the candidates' mean requests not
   // past their prefill, i.e. a miss weighed by 1 / (1 − utilisation) (doc/selection.md).
-  double discount = 1.0;
   if (config_.load_queue_scaling && config_.load_term == LoadTerm::kWork) {
-    discount = 1.0 + q / static_cast<double>(n);
+    k.discount = 1.0 + q / static_cast<double>(n);
   }
   size_t best = 0;
-  double best_cost = 0, best_load = 0, best_credited = 0;
-  size_t best_active = 0, best_inflight = 0;
+  Scored best_s;
   result.costs.resize(n);
   const size_t start = TieStart(input.role, n);
-  const bool inflight_on = config_.inflight_credit != 0 && config_.inflight_credit_holders != 0;
-  for (size_t k = 0; k < n; ++k) {
-    const size_t i = (start + k) % n;
-    const TargetId t = candidates[i];
-    const MatchCounts& m = matches_[i];
-    // Image requests do not trust text overlap, nor does anyone a target that renders
-    // differently: nothing is credited.
-    const bool trusted = use_tokens && input.OverlapTrusted(t);
-    const size_t inflight = trusted && inflight_on ? InflightRun(input, t, m.total()) : 0;
-    const double credited =
-        trusted ? predictions_.Trust(t) * (m.device_hits + config_.host_hit_weight * m.host_hits +
-                                           config_.disk_hit_weight * m.disk_hits +
-                                           config_.inflight_credit * static_cast<double>(inflight))
-                : 0.0;
-    // The sequence-slot wait is not prefill work queued ahead: not discounted, so a cold
-    // engine wins once every warm one is at its max_num_seqs.
-    const LoadState::Terms& terms = terms_[i];
-    const double slot_wait = terms.seq_wait;
-    const double load = (terms.load - slot_wait) / discount + slot_wait;
-    double cost = result.w_overlap * (request_blocks_[i] - credited) + load;
-    if (use_images) {
-      const size_t held = images_.CountHeld(t, input.image_keys);
-      cost += w_mm * static_cast<double>(input.image_keys.size() - held);
+  if (pruned) {
+    best = PickPruned(input, candidates, k, start, result, best_s);
+  } else {
+    for (size_t j = 0; j < n; ++j) {
+      const size_t i = (start + j) % n;
+      const Scored s = ScoreOne(input, i, candidates[i], k, terms_[i]);
+      result.costs[i] = s.cost;
+      if (j == 0 || Replaces(s, best_s)) {
+        best = i;
+        best_s = s;
+      }
     }
-    result.costs[i] = cost;
-    // Ties: the lower load, then the fewer in-flight blocks (the engine whose decode
-    // steps are lighter), then the scan order.
-    const size_t active = terms.active;
-    const bool tie = !Less(cost, best_cost) && !Less(best_cost, cost);
-    if (k == 0 || Less(cost, best_cost) ||
-        (tie && (Less(load, best_load) || (!Less(best_load, load) && active < best_active)))) {
-      best = i;
-      best_cost = cost;
-      best_load = load;
-      best_active = active;
-      best_credited = credited;
-      best_inflight = inflight;
-    }
+    result.scored = n;
   }
   const TargetId winner = candidates[best];
   result.picked = winner;
-  result.cost = best_cost;
-  result.load = best_load;
-  result.credited = best_credited;
+  result.cost = best_s.cost;
+  result.load = best_s.load;
+  result.credited = best_s.credited;
   result.request_blocks = request_blocks_[best];
   result.hits = matches_[best];
   result.cache_hits = matches_[best].total();
-  result.inflight_hits = static_cast<uint32_t>(best_inflight);
+  result.inflight_hits = static_cast<uint32_t>(best_s.inflight);
   result.mm_images = static_cast<uint32_t>(input.image_keys.size());
-  if (use_images) {
+  if (k.use_images) {
     result.mm_affinity_hits = static_cast<uint32_t>(images_.CountHeld(winner, input.image_keys));
     images_.Record(winner, input.image_keys);
   }
   return result;
+}
+
+Selector::Scored Selector::ScoreOne(const RoutingInput& input, size_t i, TargetId t,
+                                    const KvAwareTerms& k, const LoadState::Terms& terms) {
+  Scored s;
+  const MatchCounts& m = matches_[i];
+  // Image requests do not trust text overlap, nor does anyone a target that renders
+  // differently: nothing is credited.
+  const bool trusted = k.use_tokens && input.OverlapTrusted(t);
+  s.inflight = trusted && k.inflight_on ? InflightRun(input, t, m.total()) : 0;
+  s.credited =
+      trusted ? predictions_.Trust(t) * (m.device_hits + config_.host_hit_weight * m.host_hits +
+                                         config_.disk_hit_weight * m.disk_hits +
+                                         config_.inflight_credit * static_cast<double>(s.inflight))
+              : 0.0;
+  // The sequence-slot wait is not prefill work queued ahead: not discounted, so a cold
+  // engine wins once every warm one is at its max_num_seqs.
+  const double slot_wait = terms.seq_wait;
+  s.load = (terms.load - slot_wait) / k.discount + slot_wait;
+  s.cost = k.w_overlap * (request_blocks_[i] - s.credited) + s.load;
+  if (k.use_images) {
+    const size_t held = images_.CountHeld(t, input.image_keys);
+    s.cost += k.w_mm * static_cast<double>(input.image_keys.size() - held);
+  }
+  s.active = terms.active;
+  return s;
+}
+
+bool Selector::Replaces(const Scored& s, const Scored& best) {
+  // Ties: the lower load, then the fewer in-flight blocks (the engine whose decode
+  // steps are lighter), then the scan order.
+  const bool tie = !Less(s.cost, best.cost) && !Less(best.cost, s.cost);
+  return Less(s.cost, best.cost) ||
+         (tie && (Less(s.load, best.load) || (!Less(best.load, s.load) && s.active < best.active)));
 }
 
 size_t Selector::InflightRun(const RoutingInput& input, TargetId t, size_t view_hits) {

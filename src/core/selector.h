@@ -163,6 +163,11 @@ struct RoutingInput {
   // Per-request factor on the kv-aware overlap weight (the text and image terms):
   // the client's cache-retention hints (router/cache_control.h); 1 = none.
   double overlap_weight_factor = 1.0;
+  // kv-aware: false lets the pick skip the full score of candidates that provably
+  // cannot win (the pruned pick, doc/selection.md "Pruned pick"): the winner and its
+  // fields are the same, but PickResult::costs holds, for a skipped candidate, a lower
+  // bound of its cost, not the cost. true (default): every cost is exact.
+  bool exact_costs = true;
 
   bool OverlapTrusted(TargetId t) const {
     for (TargetId u : overlap_untrusted) {
@@ -196,6 +201,9 @@ struct PickResult {
   uint32_t mm_affinity_hits = 0;  // images the picked target already held
   double cost = 0;                // kv-aware: the winner's cost; least-load: its load
   std::vector<double> costs;      // kv-aware: every candidate's cost, by position
+  // kv-aware: candidates whose cost was computed in full (all, unless the pruned pick
+  // skipped some: RoutingInput::exact_costs false).
+  size_t scored = 0;
   LoadState::ActiveGuard guard;   // releases the request's active blocks
 };
 
@@ -244,6 +252,30 @@ class Selector {
 
  private:
   PickResult PickKvAware(const RoutingInput& input, std::span<const TargetId> candidates);
+  // One candidate's kv-aware score, and what the pick's constants are.
+  struct KvAwareTerms {
+    double w_overlap = 0;
+    double w_mm = 0;
+    double discount = 1;
+    bool use_tokens = false;
+    bool use_images = false;
+    bool inflight_on = false;
+  };
+  struct Scored {
+    double cost = 0;
+    double load = 0;
+    double credited = 0;
+    size_t active = 0;
+    size_t inflight = 0;
+  };
+  Scored ScoreOne(const RoutingInput& input, size_t i, TargetId t, const KvAwareTerms& k,
+                  const LoadState::Terms& terms);
+  // Whether `s` replaces `best` in the scan (the tie chain: cost, load, active blocks).
+  static bool Replaces(const Scored& s, const Scored& best);
+  // The pruned pick (selector_pruned.cc): the position of the winner, the same as the
+  // full scan from `start`'s, scoring only the candidates that may win.
+  size_t PickPruned(const RoutingInput& input, std::span<const TargetId> candidates,
+                    const KvAwareTerms& k, size_t start, PickResult& result, Scored& best);
   size_t PickRoundRobin(std::span<const TargetId> candidates);
   size_t PickLeastLoad(const RoutingInput& input, std::span<const TargetId> candidates);
   // --kv-inflight-credit: the blocks of the request's chain after `view_hits` that t's
@@ -303,6 +335,12 @@ class Selector {
   std::vector<TargetId> group_ids_;
   std::vector<MatchCounts> group_matches_;
   std::vector<double> costs_scratch_;  // least-load: load by position
+  // The pruned pick's scratch: scored (1) by position, the scored positions, scores.
+  std::vector<uint8_t> scored_;
+  std::vector<size_t> at_lowest_;
+  std::vector<size_t> scored_at_;
+  std::vector<Scored> scores_;
+  std::vector<size_t> fold_;
   std::vector<PeerSignals> signals_;   // peers: by position
   // sglang: the approximate tree of what it routed (no expiry; its size bound).
   std::unique_ptr<ApproxCache> sglang_tree_;

@@ -348,6 +348,8 @@ class Simulation {
       return;
     }
     ExpireApprox(t);
+    // Only the winner is read: the pruned pick (the same winner, doc/selection.md).
+    input.exact_costs = false;
     absl::StatusOr<core::PickResult> pick = selector_.Pick(input, candidates_);
     assert(pick.ok());  // candidates are never empty
     RecordApprox(*pick, tokens, t);

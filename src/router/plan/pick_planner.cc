@@ -54,9 +54,12 @@ void PickPlanner::GatherCandidates(RequestContext& ctx, const Fleet& fleet, Plan
   pd_candidates_.clear();
   owners_.clear();
   untrusted_.clear();
-  // The admitted workers' targets, copied from the cache in runs of consecutive ones.
+  // The admitted workers' targets: the cache's lists when every worker is admitted,
+  // else copied from them in runs of consecutive ones.
   size_t run = 0;
+  bool copied = false;
   const auto copy_run = [&](size_t end) {
+    copied = true;
     mu_.AssertHeld();  // called here, under mu_
     candidates_.insert(candidates_.end(), e.candidates.begin() + run, e.candidates.begin() + end);
     owners_.insert(owners_.end(), e.owners.begin() + run, e.owners.begin() + end);
@@ -76,7 +79,16 @@ void PickPlanner::GatherCandidates(RequestContext& ctx, const Fleet& fleet, Plan
       untrusted_.insert(untrusted_.end(), wk.targets.begin(), wk.targets.end());
     }
   }
+  if (!copied) {
+    cands_ = e.candidates;
+    owns_ = e.owners;
+    pd_cands_ = e.pd_candidates;
+    return;
+  }
   copy_run(e.first.back());
+  cands_ = candidates_;
+  owns_ = owners_;
+  pd_cands_ = pd_candidates_;
 }
 
 core::RoutingInput PickPlanner::InputOf(const RequestContext& ctx, int64_t now_ns) {
@@ -93,8 +105,8 @@ core::RoutingInput PickPlanner::InputOf(const RequestContext& ctx, int64_t now_n
 }
 
 const FleetWorker* PickPlanner::OwnerOf(core::TargetId target) const {
-  for (size_t i = 0; i < candidates_.size(); ++i) {
-    if (candidates_[i] == target) return owners_[i];
+  for (size_t i = 0; i < cands_.size(); ++i) {
+    if (cands_[i] == target) return owns_[i];
   }
   return nullptr;
 }
@@ -149,11 +161,11 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
   {
     absl::MutexLock lock(&mu_);
     GatherCandidates(ctx, fleet, history, pick_start_ns, /*mixed_only=*/true);
-    if (candidates_.empty()) return absl::NotFoundError("");
+    if (cands_.empty()) return absl::NotFoundError("");
     sessions_.Begin(ctx, pick_start_ns);
-    if (std::optional<size_t> at = sessions_.Find(core::Role::kMixed, candidates_)) {
-      candidates_.assign(1, candidates_[*at]);
-      owners_.assign(1, owners_[*at]);
+    if (std::optional<size_t> at = sessions_.Find(core::Role::kMixed, cands_)) {
+      cands_ = cands_.subspan(*at, 1);
+      owns_ = owns_.subspan(*at, 1);
     }
     core::RoutingInput input = InputOf(ctx, pick_start_ns);
     input.role = core::Role::kMixed;
@@ -162,7 +174,7 @@ absl::StatusOr<PickPlan> PickPlanner::PlanMixed(RequestContext& ctx, const Fleet
     // analysis cannot follow a lock into a callback, so it is told not to look.
     auto picked = index_.WithIndex([&](const core::KvIndex& index) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       if (input.keys.salt != 0) index.NoteSaltedTraffic();
-      auto r = selector_.Pick(input, candidates_);
+      auto r = selector_.Pick(input, cands_);
       if (r.ok()) block_size = index.BlockSize(r->picked);
       return r;
     });

@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -174,9 +175,10 @@ class PickPlanner {
   // The dynamic half of the candidate filter (the static half: CandidateCache):
   // retired, health checks, tried, breaker.
   static bool Admits(const FleetWorker& wk, const PlanHistory& history, int64_t now_ns);
-  // The admitted targets of `fleet` into candidates_ (and, for a PD plan,
-  // pd_candidates_), their owners_ and untrusted_; sets ctx.hash_keys.adapter. Notes
-  // in `history` what the fleet has.
+  // The admitted targets of `fleet` as cands_ (and, for a PD plan, pd_cands_), their
+  // owns_ and untrusted_; sets ctx.hash_keys.adapter. Notes in `history` what the
+  // fleet has. When every worker is admitted the spans are the cache entry's own lists
+  // (no per-pick copy of the fleet's targets; valid until the next cache_.Get).
   void GatherCandidates(RequestContext& ctx, const Fleet& fleet, PlanHistory& history,
                         int64_t now_ns, bool mixed_only) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The selector's input for `ctx` over the gathered candidates; expires approximate
@@ -211,7 +213,11 @@ class PickPlanner {
   DecodeDemandRouting demand_ ABSL_GUARDED_BY(mu_);
   // The static candidates per fleet snapshot and model.
   CandidateCache cache_ ABSL_GUARDED_BY(mu_);
-  // Per-pick scratch, reused.
+  // The gathered candidates (GatherCandidates), and the per-pick copies they point
+  // into when some worker is not admitted (reused).
+  std::span<const core::TargetId> cands_ ABSL_GUARDED_BY(mu_);
+  std::span<const FleetWorker* const> owns_ ABSL_GUARDED_BY(mu_);
+  std::span<const core::PdCandidate> pd_cands_ ABSL_GUARDED_BY(mu_);
   std::vector<core::TargetId> candidates_ ABSL_GUARDED_BY(mu_);
   std::vector<const FleetWorker*> owners_ ABSL_GUARDED_BY(mu_);
   std::vector<core::PdCandidate> pd_candidates_ ABSL_GUARDED_BY(mu_);

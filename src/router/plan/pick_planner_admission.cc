@@ -16,16 +16,18 @@ PickPlanner::PoolLoad PickPlanner::AdmissionPool(const std::string& model, const
   PlanHistory history;
   absl::MutexLock lock(&mu_);
   GatherCandidates(ctx, fleet, history, clock_.NowNs(), /*mixed_only=*/!pd);
+  std::span<const core::TargetId> pool = cands_;
   if (pd) {
     // The prefill pool (a PD request's queueing is its prefill leg's).
     candidates_.clear();
-    for (const core::PdCandidate& c : pd_candidates_) {
+    for (const core::PdCandidate& c : pd_cands_) {
       if (c.mode == core::Role::kPrefill) candidates_.push_back(c.target);
     }
+    pool = candidates_;
   }
-  if (candidates_.empty()) return out;
+  if (pool.empty()) return out;
   out.min_load = index_.WithIndex([&](const core::KvIndex&) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return selector_.MinLoad(candidates_);
+    return selector_.MinLoad(pool);
   });
   return out;
 }

@@ -17,14 +17,14 @@ absl::StatusOr<PickPlan> PickPlanner::PlanPd(RequestContext& ctx, const Fleet& f
   {
     absl::MutexLock lock(&mu_);
     GatherCandidates(ctx, fleet, history, pick_start_ns, /*mixed_only=*/false);
-    if (pd_candidates_.empty()) return absl::NotFoundError("");
+    if (pd_cands_.empty()) return absl::NotFoundError("");
     sessions_.Begin(ctx, pick_start_ns);  // pins the pools inside pd_planner_.Plan
     const core::RoutingInput input = InputOf(ctx, pick_start_ns);
     if (demand_mode_ != core::DemandMode::kOff) demand_.Begin(ctx);
     // Runs here, under mu_ (as in PlanMixed).
     auto planned = index_.WithIndex([&](const core::KvIndex& index) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       if (input.keys.salt != 0) index.NoteSaltedTraffic();
-      return pd_planner_.Plan(input, pd_candidates_);
+      return pd_planner_.Plan(input, pd_cands_);
     });
     if (!planned.ok()) {
       const absl::StatusCode code = planned.status().code();
