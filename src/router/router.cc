@@ -78,6 +78,7 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     if (peer_ && options_.kv_snapshot.peer_join) fetched = peer_->JoinIfNeeded();
     // The index still holds no target.
     PrepareKvSnapshots(options_.kv_snapshot, ingest, std::move(fetched));
+    if (peer_ && ingest.snapshot_stats) ingest.snapshot_stats->after_write = peer_->AfterWrite();
     events_ = std::make_unique<events::KvEventIngestor>(index_, std::move(ingest));
   }
   metrics_ = std::make_unique<RouterMetrics>(options_.policy.policy);
