@@ -193,6 +193,7 @@ void Router::MakePipeline(const RouterEnv& env) {
 void Router::MakeViews() {
   readiness_ =
       std::make_unique<Readiness>(options_.ready_after_replay, *events_, *workers_, *clock_);
+  if (options_.on_ready) readiness_->set_on_latched(options_.on_ready);
   views_ = std::make_unique<AdminViews>(*workers_, *planner_, index_, *events_, *metrics_,
                                         *readiness_, *clock_);
   if (options_.replica_sync) {
