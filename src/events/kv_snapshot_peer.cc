@@ -206,7 +206,11 @@ void SnapshotPeerServer::Chunk(natsMsg* msg) {
   const char* reply = natsMsg_GetReply(msg);
   auto request = DecodeChunkRequest(Payload(msg));
   if (reply == nullptr || !request.ok()) return;
-  std::vector<uint8_t> bytes;
+  // One buffer per libnats thread, kept: a fresh 512 KiB per chunk was, with the
+  // router's decommit delay of 0 (apps/infera-router/allocator_options.cc), given back
+  // to the OS and faulted in again for every chunk served.
+  thread_local std::vector<uint8_t> bytes;
+  bytes.clear();
   {
     // The held descriptor keeps the offered file readable after the next periodic
     // write renames a new one over the path: a fetch in progress is not cut short.
