@@ -15,7 +15,9 @@
 // 512 KiB chunks allocate and free in bursts on several threads, and with delays of 0
 // every free span was given back (madvise, a TLB shootdown of every core running the
 // process, the snapshot build's among them) and faulted in again by the next burst:
-// ~10 % of the router's CPU beside the build in a restart at 10M blocks. The burst
+// a visible part of the subscription and ZMQ threads' samples beside the build in a
+// restart at 10M blocks (doc/snapshot.md §8.1 step 5), and a join's transfer of 260 MB
+// took 4.8-8.0 s instead of 2.8-4.3 s at load 6-15 (doc/perf-scale.md). The burst
 // is over at /ready (EndStartupAllocatorOptions), where the steady delays of 0 apply
 // again; a span scheduled meanwhile is decommitted by its thread's next free there.
 // A MIMALLOC_DECOMMIT_DELAY / MIMALLOC_SEGMENT_DECOMMIT_DELAY in the environment
