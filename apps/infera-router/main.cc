@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 
+#include "allocator_options.h"
 #include "discovery/discovery_factory.h"
 #include "doctor/doctor_command.h"
 #include "doctor/startup_doctor.h"
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
   sigset_t signals = TerminationSignals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  flags.options.on_ready = infera::app::EndStartupAllocatorOptions;
   infera::router::Router router(flags.options);
   if (absl::Status s = router.Start(); !s.ok()) {
     spdlog::error("{}", s.ToString());

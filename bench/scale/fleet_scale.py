@@ -614,7 +614,9 @@ def main():
                       flush=True)
             result.update({"restart_ready_ms": round(ms), "hits_before": hits_before,
                            "hits_after_restart": hits_after, "view_before": int(view_before),
-                           "view_after_ready": int(view_after)})
+                           "view_after_ready": int(view_after),
+                           "restart_rss_mib": round(rss_kb(router.pid) / 1024, 1),
+                           "restart_hwm_mib": round(rss_kb(router.pid, "VmHWM") / 1024, 1)})
             print(f"restart: kill -9, /ready after {ms:.0f} ms; first repeated prompt "
                   f"cache_hits={hits_after} (before the kill {hits_before}); views "
                   f"{int(view_after)} blocks when ready (before the kill {int(view_before)})",

@@ -91,6 +91,8 @@ void SnapshotPeerServer::Stop() {
   DestroySubscription(chunk_sub_, 2000);
   base::MutexLock lock(mu_);
   Close();
+  if (prepared_.fd >= 0) close(prepared_.fd);
+  prepared_ = File{};
 }
 
 void SnapshotPeerServer::OnOffer(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
@@ -108,36 +110,71 @@ void SnapshotPeerServer::Close() {
   file_ = File{};
 }
 
+SnapshotPeerServer::File SnapshotPeerServer::Check() {
+  const int fd = open(identity_.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return {};
+  }
+  checks_.fetch_add(1, std::memory_order_relaxed);
+  SnapshotReader reader = CheckFd(fd, identity_);
+  if (reader.result() != LoadResult::kLoaded) {
+    spdlog::info("kv-snapshot: not offering {} to a joining peer: {}", identity_.path,
+                 reader.detail());
+    close(fd);
+    return {};
+  }
+  return {.fd = fd,
+          .inode = static_cast<uint64_t>(st.st_ino),
+          .created_unix_ms = reader.header().created_unix_ms,
+          .size = reader.file_size(),
+          .checksum = reader.footer().checksum};
+}
+
+void SnapshotPeerServer::Prepare() {
+  struct stat st {};
+  if (stat(identity_.path.c_str(), &st) != 0) return;
+  {
+    base::MutexLock lock(mu_);
+    const auto ino = static_cast<uint64_t>(st.st_ino);
+    if ((file_.fd >= 0 && file_.inode == ino) || (prepared_.fd >= 0 && prepared_.inode == ino)) {
+      return;
+    }
+  }
+  // The check (the checksum over the whole file) runs with no lock held: offers and
+  // chunks of the file being served go on meanwhile.
+  const File checked = Check();
+  if (checked.fd < 0) return;
+  base::MutexLock lock(mu_);
+  if (prepared_.fd >= 0) close(prepared_.fd);
+  prepared_ = checked;
+}
+
 bool SnapshotPeerServer::Refresh() {
   struct stat st {};
   if (stat(identity_.path.c_str(), &st) != 0) {
     Close();
     return false;
   }
-  if (file_.fd >= 0 && file_.inode == st.st_ino) {
+  const auto ino = static_cast<uint64_t>(st.st_ino);
+  if (prepared_.fd >= 0) {
+    if (prepared_.inode == ino) {  // checked after its write: moved on to at once
+      Close();
+      file_ = prepared_;
+    } else {
+      close(prepared_.fd);  // a newer file replaced it since
+    }
+    prepared_ = File{};
+  }
+  if (file_.fd >= 0 && file_.inode == ino) {
     const int64_t age_ms = SnapshotWallMs() - file_.created_unix_ms;
     return age_ms <= identity_.max_age_s * 1000;
   }
   Close();
-  const int fd = open(identity_.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  if (fstat(fd, &st) != 0) {
-    close(fd);
-    return false;
-  }
-  SnapshotReader reader = CheckFd(fd, identity_);
-  if (reader.result() != LoadResult::kLoaded) {
-    spdlog::info("kv-snapshot: not offering {} to a joining peer: {}", identity_.path,
-                 reader.detail());
-    close(fd);
-    return false;
-  }
-  file_ = {.fd = fd,
-           .inode = static_cast<uint64_t>(st.st_ino),
-           .created_unix_ms = reader.header().created_unix_ms,
-           .size = reader.file_size(),
-           .checksum = reader.footer().checksum};
-  return true;
+  file_ = Check();
+  return file_.fd >= 0;
 }
 
 void SnapshotPeerServer::Offer(natsMsg* msg) {
@@ -169,7 +206,11 @@ void SnapshotPeerServer::Chunk(natsMsg* msg) {
   const char* reply = natsMsg_GetReply(msg);
   auto request = DecodeChunkRequest(Payload(msg));
   if (reply == nullptr || !request.ok()) return;
-  std::vector<uint8_t> bytes;
+  // One buffer per libnats thread, kept: a fresh 512 KiB per chunk was, with the
+  // router's decommit delay of 0 (apps/infera-router/allocator_options.cc), given back
+  // to the OS and faulted in again for every chunk served.
+  thread_local std::vector<uint8_t> bytes;
+  bytes.clear();
   {
     // The held descriptor keeps the offered file readable after the next periodic
     // write renames a new one over the path: a fetch in progress is not cut short.

@@ -61,9 +61,17 @@ class SnapshotPeerServer {
   absl::Status Start(natsConnection* nc);
   // Drains the subscriptions (their last callback has returned) and closes the file.
   void Stop();
+  // Checks the path's current file (every §7 check) now, on the caller's thread, off the
+  // offer path, unless it is the file already checked: the next offer then only moves
+  // on to it (an immediate answer) instead of checking 260 MB first (0.16-0.35 s, more
+  // under load: a joiner waits 500 ms for offers). Called after each snapshot write
+  // (KvSnapshotStats::after_write); any time, from any one thread, before or after Start.
+  void Prepare();
 
   uint64_t served_chunks() const { return served_chunks_.load(std::memory_order_relaxed); }
   uint64_t offers() const { return offers_.load(std::memory_order_relaxed); }
+  // Full checks of a file (by Prepare or at an offer), for tests.
+  uint64_t checks() const { return checks_.load(std::memory_order_relaxed); }
 
  private:
   struct File {
@@ -77,8 +85,12 @@ class SnapshotPeerServer {
   static void OnChunk(natsConnection* nc, natsSubscription* sub, natsMsg* msg, void* closure);
   void Offer(natsMsg* msg);
   void Chunk(natsMsg* msg);
-  // Opens and checks the path's current file (§7); false when it is not usable.
+  // Opens and checks the path's current file (§7), or moves on to the one Prepare
+  // checked; false when it is not usable.
   bool Refresh() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens the path's file and checks it (no lock: the file is not shared yet); fd -1
+  // when it is absent or refused.
+  File Check();
   void Close() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PeerSnapshotIdentity identity_;
@@ -87,8 +99,10 @@ class SnapshotPeerServer {
   natsSubscription* chunk_sub_ = nullptr;
   base::Mutex mu_;
   File file_ ABSL_GUARDED_BY(mu_);
+  File prepared_ ABSL_GUARDED_BY(mu_);  // checked by Prepare, not offered yet
   std::atomic<uint64_t> served_chunks_{0};
   std::atomic<uint64_t> offers_{0};
+  std::atomic<uint64_t> checks_{0};
 };
 
 // Metric label `result` of infera_router_kv_snapshot_peer_fetch_total (§10).

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "core/hashing.h"
+#include "events/kv_snapshot_peer.h"
 #include "events/kv_snapshotter.h"
 
 namespace infera::events {
@@ -230,6 +232,54 @@ TEST_F(StreamBuild, ACorruptChunkMidStreamIsNeverTakenForTheCheckedFile) {
   std::vector<core::TargetId> failed;
   ExpectSameIndex(load->Build(failed), from_file);
   EXPECT_EQ(failed, file_failed);
+}
+
+// The peer server checks each file written once, after the write (Prepare, as the
+// snapshotter's after_write calls it), not at the next offer: a file it checked is not
+// checked again, a refused one is not kept, a new file (another inode) is.
+TEST_F(StreamBuild, PeerServerChecksEachWrittenFileOnce) {
+  SnapshotPeerServer server({.path = Path(), .fleet_id = kFleet, .instance = 1});
+  server.Prepare();  // no file yet
+  EXPECT_EQ(server.checks(), 0u);
+  WriteFile();
+  server.Prepare();
+  EXPECT_EQ(server.checks(), 1u);
+  server.Prepare();  // the same file: nothing to check
+  EXPECT_EQ(server.checks(), 1u);
+  WriteFile();  // renamed over the path: another file
+  server.Prepare();
+  EXPECT_EQ(server.checks(), 2u);
+  SnapshotPeerServer other_fleet({.path = Path(), .fleet_id = "other", .instance = 2});
+  other_fleet.Prepare();  // refused (another fleet): checked, not kept, so checked again
+  other_fleet.Prepare();
+  EXPECT_EQ(other_fleet.checks(), 2u);
+}
+
+// The snapshotter runs after_write once per file written, after its rename.
+TEST_F(StreamBuild, SnapshotterRunsAfterWriteForEachFileWritten) {
+  auto stats = std::make_shared<KvSnapshotStats>();
+  std::atomic<int> written{0};
+  std::atomic<bool> at_path{false};
+  stats->after_write = [&] {
+    written.fetch_add(1);
+    at_path = Check(Path()).result() == LoadResult::kLoaded;
+  };
+  KvSnapshotter snapshotter(Options(), stats);
+  for (int cycle = 0; cycle < 2; ++cycle) {
+    snapshotter.Begin({.hash_scheme = core::kHashSchemeVersion,
+                       .salted_traffic = true,
+                       .fleet_id = kFleet},
+                      /*distinct_hash_count=*/100, /*now_ns=*/0);
+    snapshotter.Push({Chain(0, 10), Chain(1, 20)});
+    snapshotter.End(/*now_ns=*/0);
+    ASSERT_TRUE(snapshotter.WaitIdle(10'000));
+    EXPECT_EQ(written.load(), cycle + 1);
+    EXPECT_TRUE(at_path.load());
+  }
+  snapshotter.Begin({.hash_scheme = core::kHashSchemeVersion, .fleet_id = kFleet}, 100, 0);
+  snapshotter.Abort(0);  // nothing written: not called
+  ASSERT_TRUE(snapshotter.WaitIdle(10'000));
+  EXPECT_EQ(written.load(), 2);
 }
 
 }  // namespace

@@ -325,6 +325,8 @@ void KvSnapshotter::Handle(Item& item, std::unique_ptr<SnapshotWriter>& writer) 
         stats_->last_write_bytes.store(writer->bytes_written());
         stats_->last_write_blocks.store(writer->block_count());
         stats_->last_write_duration_us.store(static_cast<uint64_t>(SteadyUs() - begin_us));
+        writer.reset();
+        if (stats_->after_write) stats_->after_write();
       } else {
         stats_->writes_error.fetch_add(1);
         spdlog::warn("kv-snapshot: snapshot write failed: {}", std::string(status.message()));

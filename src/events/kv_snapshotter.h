@@ -53,6 +53,10 @@ struct KvSnapshotStats {
   std::atomic<uint64_t> refused_corrupt{0};
   // verify_total{result}: ok, epoch, gap, empty, failed, no_replay_ok, no_replay_resync.
   std::atomic<uint64_t> verify[7] = {};
+  // Runs on the writer's thread after each file written (renamed to the path): the peer
+  // server checks it there, off its offer path (doc/snapshot.md §9.1). Set before the
+  // writer starts.
+  std::function<void()> after_write;
 };
 enum class VerifyResult : uint8_t {
   kOk,

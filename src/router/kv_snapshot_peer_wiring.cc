@@ -14,7 +14,9 @@
 namespace infera::router {
 
 KvSnapshotPeer::KvSnapshotPeer(events::PeerSnapshotIdentity identity, std::string nats_url)
-    : identity_(std::move(identity)), nats_url_(std::move(nats_url)) {}
+    : identity_(std::move(identity)),
+      nats_url_(std::move(nats_url)),
+      server_(std::make_shared<events::SnapshotPeerServer>(identity_)) {}
 
 KvSnapshotPeer::~KvSnapshotPeer() { Stop(); }
 
@@ -60,13 +62,14 @@ events::FetchedSnapshot KvSnapshotPeer::JoinIfNeeded() {
   return {std::move(out.checked), std::move(out.stream)};
 }
 
-absl::Status KvSnapshotPeer::StartServing(natsConnection* nc) {
-  server_ = std::make_unique<events::SnapshotPeerServer>(identity_);
-  return server_->Start(nc);
+absl::Status KvSnapshotPeer::StartServing(natsConnection* nc) { return server_->Start(nc); }
+
+std::function<void()> KvSnapshotPeer::AfterWrite() const {
+  return [server = server_] { server->Prepare(); };
 }
 
 void KvSnapshotPeer::Stop() {
-  if (server_) server_->Stop();
+  server_->Stop();
   if (sync_.joinable()) sync_.join();
 }
 
@@ -80,7 +83,7 @@ void KvSnapshotPeer::RenderMetrics(std::string& out) const {
   }
   constexpr std::string_view kServed = "infera_router_kv_snapshot_peer_served_chunks_total";
   RenderHeader(out, kServed, "counter", "Snapshot chunks this replica served to joining peers.");
-  out += std::string(kServed) + " " + std::to_string(server_ ? server_->served_chunks() : 0) + "\n";
+  out += std::string(kServed) + " " + std::to_string(server_->served_chunks()) + "\n";
 }
 
 std::unique_ptr<KvSnapshotPeer> MakeKvSnapshotPeer(const events::KvSnapshotOptions& snapshot,

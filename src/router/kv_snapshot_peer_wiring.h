@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,9 @@ class KvSnapshotPeer {
   // Answers offers and serves chunks on `nc` (the replica-sync connection, which must
   // outlive Stop).
   absl::Status StartServing(natsConnection* nc);
+  // For KvSnapshotStats::after_write: checks each file written for the next offer (it
+  // holds the server, so it may outlive this object).
+  std::function<void()> AfterWrite() const;
   void Stop();
   // infera_router_kv_snapshot_peer_fetch_total, _peer_served_chunks_total.
   void RenderMetrics(std::string& out) const;
@@ -49,7 +53,7 @@ class KvSnapshotPeer {
   const events::PeerSnapshotIdentity identity_;
   const std::string nats_url_;
   std::atomic<uint64_t> fetches_[events::kPeerFetchResultCount] = {};
-  std::unique_ptr<events::SnapshotPeerServer> server_;
+  std::shared_ptr<events::SnapshotPeerServer> server_;  // serving from StartServing
   std::thread sync_;  // fsyncs a fetched file after its rename (joined by Stop)
 };
 

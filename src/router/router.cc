@@ -78,6 +78,7 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     if (peer_ && options_.kv_snapshot.peer_join) fetched = peer_->JoinIfNeeded();
     // The index still holds no target.
     PrepareKvSnapshots(options_.kv_snapshot, ingest, std::move(fetched));
+    if (peer_ && ingest.snapshot_stats) ingest.snapshot_stats->after_write = peer_->AfterWrite();
     events_ = std::make_unique<events::KvEventIngestor>(index_, std::move(ingest));
   }
   metrics_ = std::make_unique<RouterMetrics>(options_.policy.policy);
@@ -192,6 +193,7 @@ void Router::MakePipeline(const RouterEnv& env) {
 void Router::MakeViews() {
   readiness_ =
       std::make_unique<Readiness>(options_.ready_after_replay, *events_, *workers_, *clock_);
+  if (options_.on_ready) readiness_->set_on_latched(options_.on_ready);
   views_ = std::make_unique<AdminViews>(*workers_, *planner_, index_, *events_, *metrics_,
                                         *readiness_, *clock_);
   if (options_.replica_sync) {

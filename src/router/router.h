@@ -94,6 +94,9 @@ struct RouterOptions {
   // --ready-after-replay: /ready answers 503 "starting" until the views are first
   // rebuilt at start (Readiness; /health never waits for it).
   bool ready_after_replay = true;
+  // Runs once when the start-up latch first holds (Readiness::set_on_latched): the
+  // binary's start-up allocator options end there (apps/infera-router).
+  std::function<void()> on_ready;
   int64_t request_timeout_ms = 600'000;
   int max_attempts = 3;  // workers tried before the first byte
   // --breaker-failures (0: no breaker), --breaker-cooldown-ms, --breaker-max-cooldown-ms

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -847,6 +848,27 @@ TEST(RouterSeedTest, TheRandomPolicyIsSeededFromTheOsByDefault) {
   EXPECT_NE(a.random_seed(), 0u);  // before: always 0
   opt.random_seed = 0;
   EXPECT_EQ(Router(opt).random_seed(), 0u);  // a fixed seed, 0 included
+}
+
+// RouterOptions::on_ready (the binary's start-up allocator options end there) runs
+// once, when /ready first holds, and not again when workers come and go.
+TEST_F(RouterPipelineTest, OnReadyRunsOnceWhenTheStartUpLatchHolds) {
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  RouterOptions opt;
+  opt.on_ready = [calls] { calls->fetch_add(1); };
+  StartRouter(opt);
+  EXPECT_EQ(Call("GET", "/ready").status, 503);
+  EXPECT_EQ(calls->load(), 0);
+  AddWorker("a");
+  EXPECT_EQ(Call("GET", "/ready").status, 200);
+  ASSERT_TRUE(WaitFor([&] { return calls->load() == 1; }));
+  AddWorker("b");
+  router_->RemoveWorker("a:1");
+  router_->RemoveWorker("b:1");
+  EXPECT_EQ(Call("GET", "/ready").status, 503);
+  AddWorker("c");
+  EXPECT_EQ(Call("GET", "/ready").status, 200);
+  EXPECT_EQ(calls->load(), 1);
 }
 
 }  // namespace

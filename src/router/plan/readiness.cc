@@ -23,6 +23,7 @@ Readiness::State Readiness::Check() const {
     if (!replay_done_.exchange(true)) {
       spdlog::info("router ready: start-up replay done, {} of {} workers routable",
                    s.routable_workers, s.workers);
+      if (on_latched_) on_latched_();
     }
     s.replay_done = true;
   }
@@ -31,7 +32,10 @@ Readiness::State Readiness::Check() const {
 }
 
 void Readiness::Start(http::IoPool& pool) {
-  if (replay_done_.load()) return;
+  if (replay_done_.load()) {
+    if (on_latched_) on_latched_();
+    return;
+  }
   asio::co_spawn(pool.executor(0), Tick(), asio::detached);
 }
 

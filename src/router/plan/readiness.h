@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 
 #include "core/clock.h"
 #include "events/kv_event_source.h"
@@ -51,6 +52,9 @@ class Readiness {
 
   // Ticks on `pool`'s first loop until the latch holds.
   void Start(http::IoPool& pool);
+  // Runs `hook` once, on the thread that latches (at Start when it holds from the
+  // start). REQUIRES: before Start.
+  void set_on_latched(std::function<void()> hook) { on_latched_ = std::move(hook); }
 
  private:
   http::Awaitable<void> Tick();
@@ -59,6 +63,7 @@ class Readiness {
   const WorkerSet& workers_;
   const core::Clock& clock_;
   mutable std::atomic<bool> replay_done_;
+  std::function<void()> on_latched_;
 };
 
 }  // namespace infera::router
