@@ -906,15 +906,13 @@ void KvEventIngestor::SwapInStaging(const std::vector<std::shared_ptr<Conn>>& co
       staging.SetMaxBlocks(c->id, c->spec.max_blocks);
       if (c->clear_on_swap || c->resync_on_swap) staging.ApplyCleared(c->id);
     }
-    for (core::TargetId id : build_failed_) {
-      const std::string name = staging.Key(id).ToString();
-      restored_.erase(name);  // an unclaimed record's target goes now
-      if (auto it = registry_.find(name); it != registry_.end()) {
-        it->second->complete = false;  // claimed: the view is empty, not the record's
-      } else {
-        staging.RemoveTarget(id);
-      }
-    }
+    auto claim = [&](const core::TargetKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_) {
+      auto it = registry_.find(key.ToString());
+      if (it == registry_.end()) return false;
+      it->second->complete = false;  // claimed: the view is empty, not the record's
+      return true;
+    };
+    DropFailedRecords(staging, build_failed_, restored_, claim);
     if (salted) staging.NoteSaltedTraffic();
     {
       WriterLock index_lock(index_mu_);

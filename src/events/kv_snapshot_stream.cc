@@ -1,25 +1,16 @@
 #include "events/kv_snapshot_stream.h"
 
 #include <sys/mman.h>
-#include <time.h>
 
 #include <algorithm>
-#include <chrono>
+
+#include "log/steady_clock.h"
 
 namespace infera::events {
 namespace {
 
-int64_t SteadyUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-int64_t ThreadCpuUs() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000 + ts.tv_nsec / 1000;
-}
+using log::SteadyUs;
+using log::ThreadCpuUs;
 
 }  // namespace
 

@@ -1,7 +1,6 @@
 #include "events/kv_snapshotter.h"
 
 #include <spdlog/spdlog.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,26 +10,18 @@
 
 #include "absl/strings/str_format.h"
 #include "core/hashing.h"
+#include "log/steady_clock.h"
 
 namespace infera::events {
 namespace {
+
+using log::SteadyUs;
+using log::ThreadCpuUs;
 
 int64_t WallMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-int64_t SteadyUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-int64_t ThreadCpuUs() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000 + ts.tv_nsec / 1000;
 }
 
 }  // namespace
@@ -167,6 +158,16 @@ core::KvIndex KvSnapshotLoad::Build(std::vector<core::TargetId>& failed) {
       reserve_us / 1e6, decode_us / 1e6, restore_us / 1e6);
   Restored(failed, blocks, how.c_str());
   return staging;
+}
+
+void DropFailedRecords(core::KvIndex& staging, const std::vector<core::TargetId>& failed,
+                       RestoredTargets& restored,
+                       const std::function<bool(const core::TargetKey& key)>& claim) {
+  for (core::TargetId id : failed) {
+    const core::TargetKey key = staging.Key(id);
+    restored.erase(key.ToString());  // an unclaimed record's target goes now
+    if (!claim(key)) staging.RemoveTarget(id);
+  }
 }
 
 void AddTargetsAddedSince(const core::KvIndex& live, size_t staged, core::KvIndex& staging) {

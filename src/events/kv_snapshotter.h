@@ -135,6 +135,14 @@ class KvSnapshotLoad {
 // were registered; the caller holds `live`'s lock.
 void AddTargetsAddedSince(const core::KvIndex& live, size_t staged, core::KvIndex& staging);
 
+// The staging build's end, before the swap (§6.1 "Built"): each record whose build failed
+// is forgotten (`restored`); its target stays in `staging` with an empty view when a
+// followed target claims it (`claim(key)` returns true and marks that view incomplete),
+// and is removed otherwise. The caller holds the lock guarding `restored`.
+void DropFailedRecords(core::KvIndex& staging, const std::vector<core::TargetId>& failed,
+                       RestoredTargets& restored,
+                       const std::function<bool(const core::TargetKey& key)>& claim);
+
 // §6.1 in one go (tests): Open, Build, and the staging index swapped into `index` under
 // one exclusive hold; records that did not restore are removed. Returns the restored
 // targets (empty when nothing was loaded).

@@ -67,15 +67,13 @@ void NatsEventSource::BuildAndSwap() {
       if (t->clear_on_swap) staging.ApplyCleared(t->id);
       t->clear_on_swap = false;
     }
-    for (core::TargetId id : failed) {
-      const core::TargetKey key = staging.Key(id);
-      restored_.erase(key.ToString());
-      if (auto it = targets_.find(KvEventSubject(key)); it != targets_.end()) {
-        it->second->complete = false;  // claimed: the view is empty, not the record's
-      } else {
-        staging.RemoveTarget(id);
-      }
-    }
+    auto claim = [&](const core::TargetKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      auto it = targets_.find(KvEventSubject(key));
+      if (it == targets_.end()) return false;
+      it->second->complete = false;  // claimed: the view is empty, not the record's
+      return true;
+    };
+    DropFailedRecords(staging, failed, restored_, claim);
     if (salted) staging.NoteSaltedTraffic();
     {
       WriterLock index_lock(index_mu_);
