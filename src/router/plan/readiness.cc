@@ -23,7 +23,7 @@ Readiness::State Readiness::Check() const {
     if (!replay_done_.exchange(true)) {
       spdlog::info("router ready: start-up replay done, {} of {} workers routable",
                    s.routable_workers, s.workers);
-      if (on_latched_) on_latched_();
+      RunHookOnce();
     }
     s.replay_done = true;
   }
@@ -33,10 +33,16 @@ Readiness::State Readiness::Check() const {
 
 void Readiness::Start(http::IoPool& pool) {
   if (replay_done_.load()) {
-    if (on_latched_) on_latched_();
+    RunHookOnce();
     return;
   }
   asio::co_spawn(pool.executor(0), Tick(), asio::detached);
+}
+
+void Readiness::RunHookOnce() const {
+  // Start (latched from the start) and Check (the false -> true exchange) may both
+  // see the latch hold; the hook runs for the first of them only.
+  if (on_latched_ && !hook_ran_.exchange(true)) on_latched_();
 }
 
 http::Awaitable<void> Readiness::Tick() {

@@ -58,12 +58,14 @@ class Readiness {
 
  private:
   http::Awaitable<void> Tick();
+  void RunHookOnce() const;
 
   const events::KvEventSource& events_;
   const WorkerSet& workers_;
   const core::Clock& clock_;
   mutable std::atomic<bool> replay_done_;
   std::function<void()> on_latched_;
+  mutable std::atomic<bool> hook_ran_{false};
 };
 
 }  // namespace infera::router
