@@ -83,6 +83,7 @@ MonitoredSub OpenMonitoredSub(zmq::context_t& ctx, const std::string& endpoint,
 struct MonitorEvents {
   bool disconnected = false;
   bool connected = false;
+  bool connected_last = false;  // the last of them was a connect: the peer is there now
 };
 MonitorEvents ReadMonitor(zmq::socket_t& monitor);
 // Reads the monitor's queued events; true when one of them is a disconnect.

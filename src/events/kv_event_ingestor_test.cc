@@ -402,5 +402,118 @@ TEST(KvEventIngestor, ReplayTimeoutAndBackoffFollowTheInjectedClock) {
   }));
 }
 
+// --- Reconnect probe (doc/kv-events.md §4 "Reconnect probe") ---
+
+// Publishes until the ingestor applied a live batch, then `more` batches; returns the
+// last seq, once applied.
+uint64_t FollowLive(const KvEventIngestor& ing, EventPublisher& pub, FakeEngineCache& engine,
+                    int more = 20) {
+  uint64_t last = 0;
+  int polls = 0;
+  EXPECT_TRUE(WaitFor([&] {
+    if (polls > 0 && LastSeq(ing) == last) return true;
+    if (polls++ % kRepublishPolls == 0) last = pub.Publish(engine.NextBatch());
+    return false;
+  }));
+  for (int i = 0; i < more; ++i) last = pub.Publish(engine.NextBatch());
+  EXPECT_TRUE(WaitFor([&] { return LastSeq(ing) == last; }));
+  return last;
+}
+
+std::vector<std::string> Payloads(FakeEngineCache& engine, size_t n) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) out.push_back(EncodeEventBatch(engine.NextBatch(), WireShape::kVllm));
+  return out;
+}
+
+// An engine that restarts (empty cache, empty replay buffer) and publishes nothing:
+// before the probe its old blocks stayed in the view until its next message, which
+// may never come, and requests went there for hits that did not exist.
+TEST(KvEventIngestor, IdleRestartedEngineIsClearedWithoutALiveMessage) {
+  auto pub = MakePublisher();
+  const std::string pub_ep = pub->pub_endpoint();
+  const std::string replay_ep = pub->replay_endpoint();
+  FakeEngineCache engine({.seed = 21, .capacity_blocks = 512});
+  KvEventIngestor ing;
+  const core::TargetId id = ing.AddTarget(TargetFor(*pub));
+  FollowLive(ing, *pub, engine);
+  ASSERT_FALSE(View(ing, id).empty());
+  ASSERT_EQ(View(ing, id), engine.TruthRouterHashes());
+  const uint64_t messages = ing.counters().messages.load();
+
+  pub.reset();  // the engine process ends, and starts again on the same ports
+  pub = MakePublisher(10'000, pub_ep, replay_ep);
+  ASSERT_NE(pub, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return View(ing, id).empty(); }))
+      << "the restarted engine's old blocks stay in the view";
+  EXPECT_EQ(ing.counters().restarts.load(), 1u);
+  ASSERT_TRUE(WaitFor([&] { return !LastSeq(ing).has_value(); }));
+  EXPECT_EQ(ing.counters().messages.load(), messages);  // the new engine sent nothing
+  // The new engine's stream is followed from its seq 0.
+  FakeEngineCache fresh({.seed = 22, .capacity_blocks = 512});
+  FollowLive(ing, *pub, fresh);
+  EXPECT_EQ(View(ing, id), fresh.TruthRouterHashes());
+  EXPECT_TRUE(ing.TargetStatuses()[0].complete);
+}
+
+// A restart whose buffer starts again at 0 with other batches, and no live message:
+// cleared, then rebuilt from the new buffer alone.
+TEST(KvEventIngestor, IdleRestartWithANewBufferIsRebuiltFromIt) {
+  auto pub = MakePublisher();
+  FakeEngineCache engine({.seed = 23, .capacity_blocks = 512});
+  KvEventIngestor ing;
+  const core::TargetId id = ing.AddTarget(TargetFor(*pub));
+  FollowLive(ing, *pub, engine);
+  const uint64_t messages = ing.counters().messages.load();
+  FakeEngineCache fresh({.seed = 24, .capacity_blocks = 512});
+  ASSERT_TRUE(pub->ReopenForTest(/*restart=*/true, Payloads(fresh, 3)));
+  ASSERT_TRUE(WaitFor([&] { return LastSeq(ing) == 2u; }));
+  EXPECT_EQ(View(ing, id), fresh.TruthRouterHashes());
+  EXPECT_TRUE(ing.TargetStatuses()[0].complete);
+  EXPECT_EQ(ing.counters().restarts.load(), 1u);
+  EXPECT_EQ(ing.counters().messages.load(), messages);  // no live message was needed
+}
+
+// A restart whose buffer reaches past the old last seq, with another batch there: the
+// seq alone would pass for the same stream; the payload digest tells.
+TEST(KvEventIngestor, RestartWithAnotherBatchAtTheLastSeqIsRebuilt) {
+  auto pub = MakePublisher();
+  FakeEngineCache engine({.seed = 25, .capacity_blocks = 512});
+  KvEventIngestor ing;
+  const core::TargetId id = ing.AddTarget(TargetFor(*pub));
+  const uint64_t last = FollowLive(ing, *pub, engine);
+  FakeEngineCache fresh({.seed = 26, .capacity_blocks = 512});
+  ASSERT_TRUE(pub->ReopenForTest(/*restart=*/true, Payloads(fresh, last + 6)));
+  ASSERT_TRUE(WaitFor([&] { return LastSeq(ing) == last + 5; }));
+  EXPECT_EQ(View(ing, id), fresh.TruthRouterHashes());
+  EXPECT_TRUE(ing.TargetStatuses()[0].complete);
+  EXPECT_EQ(ing.counters().restarts.load(), 1u);
+}
+
+// The subscriber's connection drops and comes back to the same engine: the probe finds
+// the batch applied last, keeps the view and replays what the buffer holds after it.
+TEST(KvEventIngestor, PlainReconnectKeepsTheViewAndFillsTheGap) {
+  auto pub = MakePublisher();
+  FakeEngineCache engine({.seed = 27, .capacity_blocks = 512});
+  KvEventIngestor ing;
+  const core::TargetId id = ing.AddTarget(TargetFor(*pub));
+  FollowLive(ing, *pub, engine);
+  const uint64_t replays = ing.counters().replays.load();
+  const uint64_t messages = ing.counters().messages.load();
+  uint64_t last = 0;  // only the buffer has these
+  for (const std::string& p : Payloads(engine, 5)) last = pub->PublishPayloadSkippingLive(p);
+  ASSERT_TRUE(pub->ReopenForTest());
+  ASSERT_TRUE(WaitFor([&] { return LastSeq(ing) == last; }));
+  EXPECT_EQ(View(ing, id), engine.TruthRouterHashes());
+  EXPECT_TRUE(ing.TargetStatuses()[0].complete);
+  EXPECT_EQ(ing.counters().replays.load(), replays + 1);
+  EXPECT_EQ(ing.counters().messages.load(), messages);
+  FollowLive(ing, *pub, engine);  // the live stream goes on
+  EXPECT_EQ(View(ing, id), engine.TruthRouterHashes());
+  EXPECT_EQ(ing.counters().restarts.load(), 0u);
+  EXPECT_EQ(ing.counters().resyncs.load(), 0u);
+  EXPECT_EQ(ing.counters().replay_failures.load(), 0u);
+}
+
 }  // namespace
 }  // namespace infera::events
