@@ -456,38 +456,35 @@ TEST(KvEventIngestor, IdleRestartedEngineIsClearedWithoutALiveMessage) {
   EXPECT_TRUE(ing.TargetStatuses()[0].complete);
 }
 
-// A restart whose buffer starts again at 0 with other batches, and no live message:
-// cleared, then rebuilt from the new buffer alone.
-TEST(KvEventIngestor, IdleRestartWithANewBufferIsRebuiltFromIt) {
+// The engine restarts in place with a buffer of new batches from seq 0 (`batches`, given
+// the seq applied last) and publishes nothing live: the view is cleared and rebuilt from
+// that buffer alone.
+void ExpectRebuiltFromNewBuffer(uint64_t seed, size_t (*batches)(uint64_t last)) {
   auto pub = MakePublisher();
-  FakeEngineCache engine({.seed = 23, .capacity_blocks = 512});
+  FakeEngineCache engine({.seed = seed, .capacity_blocks = 512});
   KvEventIngestor ing;
   const core::TargetId id = ing.AddTarget(TargetFor(*pub));
-  FollowLive(ing, *pub, engine);
+  const uint64_t last = FollowLive(ing, *pub, engine);
   const uint64_t messages = ing.counters().messages.load();
-  FakeEngineCache fresh({.seed = 24, .capacity_blocks = 512});
-  ASSERT_TRUE(pub->ReopenForTest(/*restart=*/true, Payloads(fresh, 3)));
-  ASSERT_TRUE(WaitFor([&] { return LastSeq(ing) == 2u; }));
+  FakeEngineCache fresh({.seed = seed + 1, .capacity_blocks = 512});
+  const size_t n = batches(last);
+  ASSERT_TRUE(pub->ReopenForTest(/*restart=*/true, Payloads(fresh, n)));
+  ASSERT_TRUE(WaitFor([&] { return LastSeq(ing) == n - 1; }));
   EXPECT_EQ(View(ing, id), fresh.TruthRouterHashes());
   EXPECT_TRUE(ing.TargetStatuses()[0].complete);
   EXPECT_EQ(ing.counters().restarts.load(), 1u);
   EXPECT_EQ(ing.counters().messages.load(), messages);  // no live message was needed
 }
 
-// A restart whose buffer reaches past the old last seq, with another batch there: the
-// seq alone would pass for the same stream; the payload digest tells.
+// A buffer that starts again at 0 and stops short of the old last seq.
+TEST(KvEventIngestor, IdleRestartWithANewBufferIsRebuiltFromIt) {
+  ExpectRebuiltFromNewBuffer(23, [](uint64_t) -> size_t { return 3; });
+}
+
+// A buffer that reaches past the old last seq, with another batch there: the seq alone
+// would pass for the same stream; the payload digest tells.
 TEST(KvEventIngestor, RestartWithAnotherBatchAtTheLastSeqIsRebuilt) {
-  auto pub = MakePublisher();
-  FakeEngineCache engine({.seed = 25, .capacity_blocks = 512});
-  KvEventIngestor ing;
-  const core::TargetId id = ing.AddTarget(TargetFor(*pub));
-  const uint64_t last = FollowLive(ing, *pub, engine);
-  FakeEngineCache fresh({.seed = 26, .capacity_blocks = 512});
-  ASSERT_TRUE(pub->ReopenForTest(/*restart=*/true, Payloads(fresh, last + 6)));
-  ASSERT_TRUE(WaitFor([&] { return LastSeq(ing) == last + 5; }));
-  EXPECT_EQ(View(ing, id), fresh.TruthRouterHashes());
-  EXPECT_TRUE(ing.TargetStatuses()[0].complete);
-  EXPECT_EQ(ing.counters().restarts.load(), 1u);
+  ExpectRebuiltFromNewBuffer(25, [](uint64_t last) -> size_t { return last + 6; });
 }
 
 // The subscriber's connection drops and comes back to the same engine: the probe finds
