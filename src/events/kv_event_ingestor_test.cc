@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <zmq.hpp>
@@ -510,6 +511,43 @@ TEST(KvEventIngestor, PlainReconnectKeepsTheViewAndFillsTheGap) {
   EXPECT_EQ(ing.counters().restarts.load(), 0u);
   EXPECT_EQ(ing.counters().resyncs.load(), 0u);
   EXPECT_EQ(ing.counters().replay_failures.load(), 0u);
+}
+
+// A probe that gets no answer (a replay port that never replies) keeps the view, and
+// the next live message decides, as before the probe: a stream that goes on is kept, a
+// seq 0 is a restart.
+TEST(KvEventIngestor, UnansweredProbeKeepsTheViewUntilTheNextMessage) {
+  SilentReplay silent;
+  auto pub = MakePublisher();
+  FakeEngineCache engine({.seed = 29, .capacity_blocks = 512});
+  // The live stream goes on only after the probe's deadline: by then the subscription
+  // has long reached the reopened PUB socket, so no live message is lost.
+  KvEventIngestor ing(IngestorOptions{.replay_timeout_ms = 300, .replay_backoff_initial_ms = 1});
+  IngestTarget target = TargetFor(*pub);
+  target.replay_endpoint = silent.endpoint;
+  const core::TargetId id = ing.AddTarget(target);
+  FollowLive(ing, *pub, engine);
+  const std::vector<core::BlockHash> view = View(ing, id);
+  ASSERT_FALSE(view.empty());
+  const uint64_t failures = ing.counters().replay_failures.load();
+  ASSERT_TRUE(pub->ReopenForTest());
+  ASSERT_TRUE(WaitFor([&] { return ing.counters().replay_failures.load() == failures + 1; }));
+  EXPECT_EQ(View(ing, id), view);
+  FollowLive(ing, *pub, engine, /*more=*/1);
+  EXPECT_EQ(ing.counters().restarts.load(), 0u);
+
+  ASSERT_TRUE(pub->ReopenForTest(/*restart=*/true));
+  ASSERT_TRUE(WaitFor([&] { return ing.counters().replay_failures.load() == failures + 2; }));
+  EXPECT_FALSE(View(ing, id).empty());
+  FakeEngineCache fresh({.seed = 30, .capacity_blocks = 512});
+  FollowLive(ing, *pub, fresh, /*more=*/0);
+  EXPECT_EQ(ing.counters().restarts.load(), 1u);
+  // Cleared: what the view holds now, the new engine holds (its first batches may have
+  // gone by before the subscription reached it, and the replay port never answers).
+  const std::vector<core::BlockHash> truth = fresh.TruthRouterHashes();
+  for (core::BlockHash h : View(ing, id)) {
+    EXPECT_TRUE(std::binary_search(truth.begin(), truth.end(), h));
+  }
 }
 
 }  // namespace
