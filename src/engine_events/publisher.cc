@@ -1,5 +1,7 @@
 #include "engine_events/publisher.h"
 
+#include <cerrno>
+#include <chrono>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -46,10 +48,7 @@ std::string WildcardPort(const std::string& endpoint) {
 absl::Status EventPublisher::Start() {
   if (options_.buffer_batches == 0) options_.buffer_batches = 1;
   try {
-    pub_ = zmq::socket_t(ctx_, zmq::socket_type::pub);
-    pub_.set(zmq::sockopt::linger, 0);
-    pub_.set(zmq::sockopt::sndhwm, options_.send_hwm);
-    pub_.bind(WildcardPort(options_.pub_endpoint));
+    pub_ = BindPub(WildcardPort(options_.pub_endpoint));
     pub_bound_ = pub_.get(zmq::sockopt::last_endpoint);
     if (!options_.replay_endpoint.empty()) {
       replay_ = zmq::socket_t(ctx_, zmq::socket_type::router);
@@ -67,6 +66,38 @@ absl::Status EventPublisher::Start() {
   }
   if (replay_) replay_thread_ = std::thread([this] { ReplayLoop(); });
   return absl::OkStatus();
+}
+
+zmq::socket_t EventPublisher::BindPub(const std::string& endpoint) {
+  zmq::socket_t pub(ctx_, zmq::socket_type::pub);
+  pub.set(zmq::sockopt::linger, 0);
+  pub.set(zmq::sockopt::sndhwm, options_.send_hwm);
+  pub.bind(endpoint);
+  return pub;
+}
+
+bool EventPublisher::ReopenForTest(bool restart, const std::vector<std::string>& buffered) {
+  base::MutexLock lock(mu_);
+  pub_.close();
+  if (restart) {
+    next_seq_ = 0;
+    buffer_.clear();
+    for (const std::string& payload : buffered) {
+      PublishLocked(std::make_shared<const std::string>(payload), /*send_live=*/false);
+    }
+  }
+  // The old socket's listener closes asynchronously (libzmq's reaper): the address may
+  // be busy for a moment.
+  for (int attempt = 0; attempt < 2000; ++attempt) {
+    try {
+      pub_ = BindPub(pub_bound_);
+      return true;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EADDRINUSE) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  return false;
 }
 
 uint64_t EventPublisher::next_seq() const {

@@ -31,6 +31,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 #include <zmq.hpp>
 
 #include "absl/status/statusor.h"
@@ -67,6 +68,12 @@ class EventPublisher {
   // with its old sequence number (a duplicate / out-of-order message). False when the
   // batch is no longer buffered.
   bool ResendForTest(uint64_t seq);
+  // Fault injection for tests: closes the PUB socket and binds a new one at the same
+  // address, so subscribers see their connection drop and come back (the replay socket
+  // stays). With `restart`, the publisher also forgets its sequence and buffer, as a
+  // restarted engine does, and buffers `buffered` as seqs 0, 1, ... (not sent live) before
+  // the new PUB socket is bound. False when the address could not be bound again.
+  bool ReopenForTest(bool restart = false, const std::vector<std::string>& buffered = {});
 
   // Bound addresses ("tcp://127.0.0.1:40123"); replay_endpoint() is empty without one.
   const std::string& pub_endpoint() const { return pub_bound_; }
@@ -80,6 +87,8 @@ class EventPublisher {
   // Binds the sockets; runs before any other thread can see the publisher, so it
   // sets up pub_ without mu_.
   absl::Status Start() ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // A PUB socket with the options' settings, bound to `endpoint`. Throws zmq::error_t.
+  zmq::socket_t BindPub(const std::string& endpoint);
   uint64_t PublishLocked(std::shared_ptr<const std::string> payload, bool send_live)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendLocked(uint64_t seq, const std::string& payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -54,8 +54,11 @@ MonitorEvents ReadMonitor(zmq::socket_t& monitor) {
     if (frames[0].size() < 2) continue;
     const auto* p = static_cast<const uint8_t*>(frames[0].data());
     const uint16_t event = static_cast<uint16_t>(p[0] | (p[1] << 8));  // host order (LE)
-    if (event == ZMQ_EVENT_DISCONNECTED) out.disconnected = true;
-    if (event == ZMQ_EVENT_CONNECTED) out.connected = true;
+    if (event == ZMQ_EVENT_DISCONNECTED) {
+      out.disconnected = true;
+      out.connected_last = false;
+    }
+    if (event == ZMQ_EVENT_CONNECTED) out.connected = out.connected_last = true;
   }
   return out;
 }

@@ -2,8 +2,9 @@
 // live messages [topic, seq (8-byte big-endian), payload]; replay requests
 // ["", start seq]; replay answers ["", seq, payload], ended by seq -1.
 //
-// OpenMonitoredSub / ReadDisconnected: a SUB socket with a monitor that tells when the
-// connection dropped (the ingestor and the relay judge the next seq by it).
+// OpenMonitoredSub / ReadMonitor: a SUB socket with a monitor that tells when the
+// connection dropped and came back (the ingestor and the relay judge the next seq by it,
+// and probe the engine's replay socket at the reconnect).
 //
 // Thread-safety: functions over the caller's sockets and messages.
 #pragma once
@@ -83,9 +84,8 @@ MonitoredSub OpenMonitoredSub(zmq::context_t& ctx, const std::string& endpoint,
 struct MonitorEvents {
   bool disconnected = false;
   bool connected = false;
+  bool connected_last = false;  // the last of them was a connect: the peer is there now
 };
 MonitorEvents ReadMonitor(zmq::socket_t& monitor);
-// Reads the monitor's queued events; true when one of them is a disconnect.
-inline bool ReadDisconnected(zmq::socket_t& monitor) { return ReadMonitor(monitor).disconnected; }
 
 }  // namespace infera::events

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <random>
 #include <stdexcept>
+#include <utility>
 #include <zmq.hpp>
 
 #include "core/hashing.h"
@@ -54,6 +55,9 @@ struct KvEventIngestor::Conn : StreamState {
   bool verifying = false;         // the replay in flight (or waited for) is a verify
   bool verify_checked = false;    // its first message matched the record
   bool verify_no_replay = false;  // no replay socket: the first live seq decides
+  // The replay in flight (or waited for) is a reconnect probe (doc/kv-events.md §4):
+  // checked like a verify (verify_checked), but a probe without an answer keeps the view.
+  bool probing = false;
   // While the staging index builds (IngestorOptions::load) nothing is applied: replayed
   // batches wait in `deferred`, a replay's end in finish_pending, a resync in
   // resync_on_swap (all ingestion thread only); clear_on_swap (set by AddTarget under
@@ -448,7 +452,20 @@ void KvEventIngestor::OpenSockets(Conn& c) {
 }
 
 void KvEventIngestor::ReadMonitor(Conn& c) {
-  if (ReadDisconnected(*c.monitor)) c.disconnected = true;
+  const MonitorEvents e = events::ReadMonitor(*c.monitor);
+  if (e.disconnected) c.disconnected = true;
+  if (e.connected_last && c.disconnected) ProbeReconnected(c);
+}
+
+void KvEventIngestor::ProbeReconnected(Conn& c) {
+  // An engine that restarted and stays idle sends no live message that would reveal it:
+  // ask its replay socket at once whether it still buffers the batch applied last
+  // (CheckVerify). Otherwise (no replay socket, nothing applied, a replay already under
+  // way, the replay backing off) the next live message decides (Process).
+  if (!c.seq.last() || c.replaying() || !ReplayAllowed(c)) return;
+  c.probing = true;
+  c.replay_from = *c.seq.last();
+  QueueReplay(c);
 }
 
 void KvEventIngestor::ReadMessages(Conn& c) {
@@ -611,7 +628,7 @@ void KvEventIngestor::ReadReplay(Conn& c) {
       return;
     }
     const uint64_t seq = ReadBE64(frames[1]);
-    if (c.verifying && !c.verify_checked &&
+    if ((c.verifying || c.probing) && !c.verify_checked &&
         !CheckVerify(c, seq, frames[2].data(), frames[2].size())) {
       return;  // the view was cleared and a replay from 0 replaces this one
     }
@@ -673,6 +690,10 @@ void KvEventIngestor::FinishReplay(Conn& c, bool ok) {
   }
   c.verifying = false;
   c.verify_checked = false;
+  // A probe without an answer keeps the view and `disconnected`: the next live message
+  // decides, as without a probe. After a probe every held message is judged as live
+  // (a gap after the replayed ones is replayed, not resynced).
+  const bool probe = std::exchange(c.probing, false);
   const int64_t now_ns = clock_.NowNs();
   if (ok) {
     c.replay_failures_in_row = 0;
@@ -687,7 +708,7 @@ void KvEventIngestor::FinishReplay(Conn& c, bool ok) {
               "kv events: replay of {} from {} failed ({} in a row); no replay for {} ms",
               c.spec.key.ToString(), c.spec.replay_endpoint, c.replay_failures_in_row, backoff_ms);
   }
-  ReleaseHeld(c, /*first_catch_up=*/true);
+  ReleaseHeld(c, /*first_catch_up=*/!probe);
   // Last: a reader that sees Replaying() false (/ready, tests) then reads this
   // target's final status and view, not the state before the held messages.
   EndInitialReplay(c);
@@ -729,7 +750,10 @@ void KvEventIngestor::StartWaitingReplays() {
 }
 
 void KvEventIngestor::Apply(Conn& c, uint64_t seq, const void* payload, size_t size) {
-  if (snapshotter_ != nullptr) c.last_payload_xxh3 = XXH3_64bits(payload, size);
+  // The digest the snapshot records and the reconnect probe compare with.
+  if (snapshotter_ != nullptr || !c.spec.replay_endpoint.empty()) {
+    c.last_payload_xxh3 = XXH3_64bits(payload, size);
+  }
   if (!applier_.Apply(c, c.ref(), seq,
                       std::span<const uint8_t>(static_cast<const uint8_t*>(payload), size))) {
     Resync(c);  // the batch's events are lost: the view may hold stale blocks
@@ -837,12 +861,30 @@ bool KvEventIngestor::CheckVerify(Conn& c, uint64_t seq, const void* payload, si
   } else if (seq == last) {
     if (XXH3_64bits(payload, size) == c.last_payload_xxh3) {
       c.verify_checked = true;
-      CountVerify(c, VerifyResult::kOk);
+      if (c.probing) {
+        c.disconnected = false;  // the same stream: the probe decided
+      } else {
+        CountVerify(c, VerifyResult::kOk);
+      }
       return true;
     }
     result = VerifyResult::kEpoch;
   }
-  CountVerify(c, result);
+  if (c.probing) {
+    // The engine restarted (or its buffer rolled past `last`): our view is stale.
+    c.disconnected = false;
+    const std::string name = c.spec.key.ToString();
+    log_.Info("kv events: reconnected|" + name,
+              "kv events: {} reconnected to a replay buffer without seq {} as applied ({}): "
+              "resync",
+              name, last,
+              result == VerifyResult::kEmpty  ? "nothing buffered from it"
+              : result == VerifyResult::kGap ? "the buffer starts after it"
+                                              : "another payload");
+    counters_.restarts.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    CountVerify(c, result);
+  }
   RestartFromZero(c);
   return false;
 }
@@ -852,6 +894,7 @@ void KvEventIngestor::RestartFromZero(Conn& c) {
   c.replay.reset();
   ReleaseSlot(c);
   c.verifying = false;
+  c.probing = false;
   Resync(c);
   c.seq.Reset();
   c.replay_from = 0;

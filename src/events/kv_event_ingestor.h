@@ -15,7 +15,9 @@
 //     resync it instead,
 //   - clears the target's view ("resync") when the gap cannot be closed (no replay
 //     socket, buffer too short, timeout, undecodable batch), the publisher restarted
-//     (sequence back to 0, or a reconnect after which the stream does not continue),
+//     (sequence back to 0, or a reconnect after which the stream does not continue:
+//     at the reconnect the replay socket is probed for the batch applied last, so an
+//     engine that restarted and publishes nothing is noticed too),
 //     or a BlockStored names a parent the view must know but does not.
 //
 // Snapshots (doc/snapshot.md; IngestorOptions::snapshot): the same thread exports the
@@ -249,6 +251,9 @@ class KvEventIngestor final : public KvEventSource {
   void OpenSockets(Conn& c);
   void ReadMessages(Conn& c);
   void ReadMonitor(Conn& c);
+  // The SUB reconnected after a disconnect: a probe of the replay socket at the seq
+  // applied last (doc/kv-events.md §4 "Reconnect probe").
+  void ProbeReconnected(Conn& c);
   void HandleLive(Conn& c, uint64_t seq, const void* payload, size_t size);
   void Process(Conn& c, uint64_t seq, const void* payload, size_t size);
   // Holds the message that revealed the gap and asks for batches from `from_seq`

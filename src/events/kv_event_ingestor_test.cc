@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <zmq.hpp>
@@ -400,6 +401,153 @@ TEST(KvEventIngestor, ReplayTimeoutAndBackoffFollowTheInjectedClock) {
     bad->Publish(engine.NextBatch());
     return ing.counters().replays.load() >= 2;
   }));
+}
+
+// --- Reconnect probe (doc/kv-events.md §4 "Reconnect probe") ---
+
+// Publishes until the ingestor applied a live batch, then `more` batches; returns the
+// last seq, once applied.
+uint64_t FollowLive(const KvEventIngestor& ing, EventPublisher& pub, FakeEngineCache& engine,
+                    int more = 20) {
+  uint64_t last = 0;
+  int polls = 0;
+  EXPECT_TRUE(WaitFor([&] {
+    if (polls > 0 && LastSeq(ing) == last) return true;
+    if (polls++ % kRepublishPolls == 0) last = pub.Publish(engine.NextBatch());
+    return false;
+  }));
+  for (int i = 0; i < more; ++i) last = pub.Publish(engine.NextBatch());
+  EXPECT_TRUE(WaitFor([&] { return LastSeq(ing) == last; }));
+  return last;
+}
+
+std::vector<std::string> Payloads(FakeEngineCache& engine, size_t n) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) out.push_back(EncodeEventBatch(engine.NextBatch(), WireShape::kVllm));
+  return out;
+}
+
+// An engine that restarts (empty cache, empty replay buffer) and publishes nothing:
+// before the probe its old blocks stayed in the view until its next message, which
+// may never come, and requests went there for hits that did not exist.
+TEST(KvEventIngestor, IdleRestartedEngineIsClearedWithoutALiveMessage) {
+  auto pub = MakePublisher();
+  const std::string pub_ep = pub->pub_endpoint();
+  const std::string replay_ep = pub->replay_endpoint();
+  FakeEngineCache engine({.seed = 21, .capacity_blocks = 512});
+  KvEventIngestor ing;
+  const core::TargetId id = ing.AddTarget(TargetFor(*pub));
+  FollowLive(ing, *pub, engine);
+  ASSERT_FALSE(View(ing, id).empty());
+  ASSERT_EQ(View(ing, id), engine.TruthRouterHashes());
+  const uint64_t messages = ing.counters().messages.load();
+
+  pub.reset();  // the engine process ends, and starts again on the same ports
+  pub = MakePublisher(10'000, pub_ep, replay_ep);
+  ASSERT_NE(pub, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return View(ing, id).empty(); }))
+      << "the restarted engine's old blocks stay in the view";
+  EXPECT_EQ(ing.counters().restarts.load(), 1u);
+  ASSERT_TRUE(WaitFor([&] { return !LastSeq(ing).has_value(); }));
+  EXPECT_EQ(ing.counters().messages.load(), messages);  // the new engine sent nothing
+  // The new engine's stream is followed from its seq 0.
+  FakeEngineCache fresh({.seed = 22, .capacity_blocks = 512});
+  FollowLive(ing, *pub, fresh);
+  EXPECT_EQ(View(ing, id), fresh.TruthRouterHashes());
+  EXPECT_TRUE(ing.TargetStatuses()[0].complete);
+}
+
+// The engine restarts in place with a buffer of new batches from seq 0 (`batches`, given
+// the seq applied last) and publishes nothing live: the view is cleared and rebuilt from
+// that buffer alone.
+void ExpectRebuiltFromNewBuffer(uint64_t seed, size_t (*batches)(uint64_t last)) {
+  auto pub = MakePublisher();
+  FakeEngineCache engine({.seed = seed, .capacity_blocks = 512});
+  KvEventIngestor ing;
+  const core::TargetId id = ing.AddTarget(TargetFor(*pub));
+  const uint64_t last = FollowLive(ing, *pub, engine);
+  const uint64_t messages = ing.counters().messages.load();
+  FakeEngineCache fresh({.seed = seed + 1, .capacity_blocks = 512});
+  const size_t n = batches(last);
+  ASSERT_TRUE(pub->ReopenForTest(/*restart=*/true, Payloads(fresh, n)));
+  ASSERT_TRUE(WaitFor([&] { return LastSeq(ing) == n - 1; }));
+  EXPECT_EQ(View(ing, id), fresh.TruthRouterHashes());
+  EXPECT_TRUE(ing.TargetStatuses()[0].complete);
+  EXPECT_EQ(ing.counters().restarts.load(), 1u);
+  EXPECT_EQ(ing.counters().messages.load(), messages);  // no live message was needed
+}
+
+// A buffer that starts again at 0 and stops short of the old last seq.
+TEST(KvEventIngestor, IdleRestartWithANewBufferIsRebuiltFromIt) {
+  ExpectRebuiltFromNewBuffer(23, [](uint64_t) -> size_t { return 3; });
+}
+
+// A buffer that reaches past the old last seq, with another batch there: the seq alone
+// would pass for the same stream; the payload digest tells.
+TEST(KvEventIngestor, RestartWithAnotherBatchAtTheLastSeqIsRebuilt) {
+  ExpectRebuiltFromNewBuffer(25, [](uint64_t last) -> size_t { return last + 6; });
+}
+
+// The subscriber's connection drops and comes back to the same engine: the probe finds
+// the batch applied last, keeps the view and replays what the buffer holds after it.
+TEST(KvEventIngestor, PlainReconnectKeepsTheViewAndFillsTheGap) {
+  auto pub = MakePublisher();
+  FakeEngineCache engine({.seed = 27, .capacity_blocks = 512});
+  KvEventIngestor ing;
+  const core::TargetId id = ing.AddTarget(TargetFor(*pub));
+  FollowLive(ing, *pub, engine);
+  const uint64_t replays = ing.counters().replays.load();
+  const uint64_t messages = ing.counters().messages.load();
+  uint64_t last = 0;  // only the buffer has these
+  for (const std::string& p : Payloads(engine, 5)) last = pub->PublishPayloadSkippingLive(p);
+  ASSERT_TRUE(pub->ReopenForTest());
+  ASSERT_TRUE(WaitFor([&] { return LastSeq(ing) == last; }));
+  EXPECT_EQ(View(ing, id), engine.TruthRouterHashes());
+  EXPECT_TRUE(ing.TargetStatuses()[0].complete);
+  EXPECT_EQ(ing.counters().replays.load(), replays + 1);
+  EXPECT_EQ(ing.counters().messages.load(), messages);
+  FollowLive(ing, *pub, engine);  // the live stream goes on
+  EXPECT_EQ(View(ing, id), engine.TruthRouterHashes());
+  EXPECT_EQ(ing.counters().restarts.load(), 0u);
+  EXPECT_EQ(ing.counters().resyncs.load(), 0u);
+  EXPECT_EQ(ing.counters().replay_failures.load(), 0u);
+}
+
+// A probe that gets no answer (a replay port that never replies) keeps the view, and
+// the next live message decides, as before the probe: a stream that goes on is kept, a
+// seq 0 is a restart.
+TEST(KvEventIngestor, UnansweredProbeKeepsTheViewUntilTheNextMessage) {
+  SilentReplay silent;
+  auto pub = MakePublisher();
+  FakeEngineCache engine({.seed = 29, .capacity_blocks = 512});
+  // The live stream goes on only after the probe's deadline: by then the subscription
+  // has long reached the reopened PUB socket, so no live message is lost.
+  KvEventIngestor ing(IngestorOptions{.replay_timeout_ms = 300, .replay_backoff_initial_ms = 1});
+  IngestTarget target = TargetFor(*pub);
+  target.replay_endpoint = silent.endpoint;
+  const core::TargetId id = ing.AddTarget(target);
+  FollowLive(ing, *pub, engine);
+  const std::vector<core::BlockHash> view = View(ing, id);
+  ASSERT_FALSE(view.empty());
+  const uint64_t failures = ing.counters().replay_failures.load();
+  ASSERT_TRUE(pub->ReopenForTest());
+  ASSERT_TRUE(WaitFor([&] { return ing.counters().replay_failures.load() == failures + 1; }));
+  EXPECT_EQ(View(ing, id), view);
+  FollowLive(ing, *pub, engine, /*more=*/1);
+  EXPECT_EQ(ing.counters().restarts.load(), 0u);
+
+  ASSERT_TRUE(pub->ReopenForTest(/*restart=*/true));
+  ASSERT_TRUE(WaitFor([&] { return ing.counters().replay_failures.load() == failures + 2; }));
+  EXPECT_FALSE(View(ing, id).empty());
+  FakeEngineCache fresh({.seed = 30, .capacity_blocks = 512});
+  FollowLive(ing, *pub, fresh, /*more=*/0);
+  EXPECT_EQ(ing.counters().restarts.load(), 1u);
+  // Cleared: what the view holds now, the new engine holds (its first batches may have
+  // gone by before the subscription reached it, and the replay port never answers).
+  const std::vector<core::BlockHash> truth = fresh.TruthRouterHashes();
+  for (core::BlockHash h : View(ing, id)) {
+    EXPECT_TRUE(std::binary_search(truth.begin(), truth.end(), h));
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "engine_events/publisher.h"
@@ -15,9 +16,12 @@
 
 namespace infera::testing {
 
-inline std::unique_ptr<events::EventPublisher> MakePublisher(size_t buffer = 10'000) {
-  auto pub = events::EventPublisher::Create({.pub_endpoint = "tcp://127.0.0.1:0",
-                                             .replay_endpoint = "tcp://127.0.0.1:0",
+// On OS-picked ports, or on a restarted engine's (pub.pub_endpoint(), pub.replay_endpoint()).
+inline std::unique_ptr<events::EventPublisher> MakePublisher(
+    size_t buffer = 10'000, const std::string& pub_endpoint = "tcp://127.0.0.1:0",
+    const std::string& replay_endpoint = "tcp://127.0.0.1:0") {
+  auto pub = events::EventPublisher::Create({.pub_endpoint = pub_endpoint,
+                                             .replay_endpoint = replay_endpoint,
                                              .topic = "kv-events",
                                              .shape = events::WireShape::kVllm,
                                              .buffer_batches = buffer});

@@ -15,7 +15,9 @@ Bounded polls only.
   --case warm   kill -9 the router under traffic and start it again, over ZMQ (the
                 engines' replay sockets) and over JetStream: /ready says "starting"
                 until the views are rebuilt, and the first request with a cached
-                prefix has pick log cache_hits > 0; prints the time to ready
+                prefix has pick log cache_hits > 0; prints the time to ready; then an
+                engine that restarts and stays idle behind a ZMQ router: the router's
+                view of it empties (the ingestor's reconnect probe)
 """
 import argparse
 import json
@@ -314,8 +316,9 @@ def warm_restart(procs, router, base, engines, extra, label, groups):
 
 def case_warm(procs, tmp):
     # ZMQ: the router asks each engine's replay socket for its buffer before ready.
-    engines = [start_engine(procs, f"engine{i}", (free_port(), free_port(), free_port()))[1]
-               for i in range(2)]
+    ports = [(free_port(), free_port(), free_port()) for _ in range(2)]
+    started = [start_engine(procs, f"engine{i}", ports[i]) for i in range(2)]
+    engines = [f for _, f in started]
     workers = [worker_flag(f) for f in engines]
     router, base = start_router(procs, ARGS.router, workers, name="zmq-router", ready=False)
     groups = list(range(ARGS.groups))
@@ -362,6 +365,28 @@ def case_warm(procs, tmp):
     status, body, _ = http("GET", base + "/ready")
     check(status == 200 and json.loads(body)["status"] == "ready",
           "--ready-after-replay false: /ready at once")
+
+    # ZMQ again: an engine that restarts and then publishes nothing. No live batch
+    # reveals the restart; the router's ingestor probes the engine's replay socket when
+    # its SUB reconnects (doc/kv-events.md §4 "Reconnect probe"): the view of the engine
+    # empties and a restart is counted (before the probe its old blocks stayed).
+    router.p.terminate()
+    router.p.wait(timeout=10)
+    router, base = start_router(procs, ARGS.router, workers, name="zmq-router3")
+    f = engines[0]
+    check(complete(f"http://127.0.0.1:{f['port']}", 200) == 200, "a request to engine0")
+    poll(lambda: (router_blocks(base, f) or 0) > 0 and router_blocks(base, f) == engine_blocks(f),
+         "the ZMQ router holds engine0's blocks")
+    restarts = metric(base, "infera_kv_events_restarts_total") or 0
+    started[0][0].p.terminate()
+    started[0][0].p.wait(timeout=10)
+    _, f = start_engine(procs, "engine0-b", ports[0])
+    poll(lambda: router_blocks(base, f) == 0 and
+         (metric(base, "infera_kv_events_restarts_total") or 0) > restarts,
+         "the ZMQ router's view of the idle restarted engine cleared, a restart counted",
+         timeout=20)
+    check(engine_blocks(f) == 0, "the restarted engine stayed idle")
+    print("zmq idle engine restart: the router's view cleared without a live batch", flush=True)
 
 
 def main():
