@@ -40,6 +40,7 @@ after the restart when the fleet's replay buffers held their history.
 Usage: fleet_scale.py --router R --engine E --fleet F [--workers 512 --dp 8]
                       [--view-blocks 2441] [--rate 0] [--churn-s 20] [--check]
                       [--snapshot [--snapshot-interval-s 5]] [--join]
+                      [--router-arg=--kv-ingest-threads --router-arg=2]
 """
 import argparse
 import json
@@ -346,6 +347,9 @@ def main():
     ap.add_argument("--log-dir", default=None)
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--router-arg", action="append", default=[],
+                    help="one more router argument (repeat; --router-arg=--kv-ingest-threads "
+                         "--router-arg=2)")
     ap.add_argument("--snapshot", action="store_true",
                     help="restart from a KV-view snapshot (--kv-snapshot-path)")
     ap.add_argument("--snapshot-interval-s", type=int, default=5)
@@ -415,6 +419,7 @@ def main():
                 json.dump(records, f)
             argv = [args.router, "--host", "127.0.0.1", "--port", "0", "--log-level", "info",
                     "--kv-events-topic", "kv-events", "--workers-file", workers_file]
+            argv += args.router_arg
             snap_path = os.path.join(procs.dir, "kv.snap")
             if args.snapshot:
                 argv += ["--kv-snapshot-path", snap_path,

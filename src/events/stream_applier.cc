@@ -50,7 +50,9 @@ bool StreamApplier::Apply(StreamState& s, const StreamTargetRef& target, uint64_
   const size_t room = std::clamp<size_t>(stored, 1, slice_units_);
   for (bool done = false; !done;) {
     // A table the slice would have to grow is rebuilt first under the shared lock
-    // (readers go on), then swapped in (core::KvIndex::PrepareGrowth).
+    // (readers go on), then swapped in (core::KvIndex::PrepareGrowth). Other writers
+    // (ingestion shards) wait for this writer's turn meanwhile, not on the lock.
+    std::lock_guard<std::mutex> turn(mu_.writer_turn());
     core::GrowthPlan growth;
     {
       ReaderLock lock(mu_);

@@ -15,6 +15,7 @@
 #include <pthread.h>
 
 #include <cstdlib>
+#include <mutex>
 
 #include "absl/base/thread_annotations.h"
 
@@ -44,12 +45,22 @@ class ABSL_LOCKABLE WriterPriorityMutex {
   }
   void unlock_shared() ABSL_UNLOCK_FUNCTION() { Check(pthread_rwlock_unlock(&lock_)); }
 
+  // The writers' turn, for a writer that prepares under the shared lock before it
+  // writes (StreamApplier: a growth plan, then a slice): it holds the turn for the whole
+  // step. With several writers (sharded ingestion, doc/kv-events.md "Sharded
+  // ingestion") only one prepares at a time (two would both rebuild the same shared
+  // table, one in vain, and hold both in memory), and a writer waits for its turn here,
+  // not on the exclusive lock, where writer priority would hold back every new reader
+  // for as long as another writer's preparation takes. Readers never take it.
+  std::mutex& writer_turn() { return writer_turn_; }
+
  private:
   // A failing lock call is a bug (deadlock, unlocked unlock): crash loudly.
   static void Check(int rc) {
     if (rc != 0) std::abort();
   }
   pthread_rwlock_t lock_;
+  std::mutex writer_turn_;
 };
 
 // Holds `mu` exclusively for its scope.

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "events/kv_event_ingestor.h"
+#include "events/sharded_event_source.h"
 #include "events/nats_event_source.h"
 #include "log/steady_clock.h"
 #include "router/admin/admin_views.h"
@@ -79,7 +80,8 @@ Router::Router(RouterOptions options, RouterEnv env) : options_(std::move(option
     // The index still holds no target.
     PrepareKvSnapshots(options_.kv_snapshot, ingest, std::move(fetched));
     if (peer_ && ingest.snapshot_stats) ingest.snapshot_stats->after_write = peer_->AfterWrite();
-    events_ = std::make_unique<events::KvEventIngestor>(index_, std::move(ingest));
+    events_ = events::MakeZmqEventSource(index_, std::move(ingest),
+                                         static_cast<size_t>(options_.kv_ingest_threads));
   }
   metrics_ = std::make_unique<RouterMetrics>(options_.policy.policy);
   MakePlanner();

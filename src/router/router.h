@@ -89,6 +89,9 @@ struct RouterOptions {
   size_t worker_max_num_seqs = 0;
   // --kv-event-transport nats: events from JetStream (doc/nats-transport.md), not ZMQ.
   bool kv_events_nats = false;
+  // --kv-ingest-threads: ZMQ ingestion shards, one thread and subscription loop each
+  // (events::ShardedKvEventSource, doc/kv-events.md "Sharded ingestion"); 1: one ingestor.
+  int kv_ingest_threads = 1;
   events::KvSnapshotOptions kv_snapshot;  // --kv-snapshot-* (doc/snapshot.md)
   std::string nats_server = "nats://127.0.0.1:4222";  // --nats-server
   // --ready-after-replay: /ready answers 503 "starting" until the views are first

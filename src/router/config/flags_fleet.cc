@@ -17,6 +17,11 @@ void AddKvEventFlags(CLI::App& app, RouterFlags& f) {
                  "zmq (engines' ZMQ streams) | nats (JetStream, fed by infera-register "
                  "--kv-relay nats) | none (approximate mode, see --approx-ttl-s)")
       ->capture_default_str();
+  app.add_option("--kv-ingest-threads", o.kv_ingest_threads,
+                 "--kv-event-transport zmq: ingestion shards, each a thread with its own "
+                 "subscriptions; a worker's ranks are spread by a hash of their key "
+                 "(not with --kv-snapshot-path yet)")
+      ->capture_default_str();
   app.add_option("--approx-ttl-s", f.approx_ttl_s,
                  "--kv-event-transport none, kv-aware: a routed prompt counts as cached on its "
                  "worker this long after its last pick (0: no cache term)")

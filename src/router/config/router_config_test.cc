@@ -149,6 +149,12 @@ TEST(RouterConfigTest, EachStepNamesWhatIsWrong) {
   EXPECT_EQ(ErrorOf({"--session-affinity-ttl-s", "0"}),
             "--session-affinity-ttl-s must be > 0 and at most 1e9");
   EXPECT_EQ(ErrorOf({"--approx-max-blocks", "0"}), "--approx-max-blocks must be >= 1");
+  EXPECT_EQ(ErrorOf({"--kv-ingest-threads", "0"}), "--kv-ingest-threads must be 1 to 64");
+  EXPECT_EQ(ErrorOf({"--kv-ingest-threads", "2", "--kv-event-transport", "nats"}),
+            "--kv-ingest-threads > 1 needs --kv-event-transport zmq");
+  EXPECT_EQ(ErrorOf({"--kv-ingest-threads", "2", "--kv-snapshot-path", "/s"}),
+            "--kv-ingest-threads > 1 does not work with --kv-snapshot-path yet: one snapshot "
+            "across ingestion shards is not built; use 1 thread or no snapshots");
   EXPECT_EQ(ErrorOf({"--tenant-cache-salt-key-file", "/k"}),
             "--tenant-cache-salt-key-file needs --tenant-cache-salt");
   EXPECT_EQ(ErrorOf({"--protect-metrics"}),

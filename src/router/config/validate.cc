@@ -122,6 +122,16 @@ absl::Status ParseKvViewFlags(RouterFlags& f, const ConfigSources&) {
     return FlagError("--approx-ttl-s must be a number of seconds >= 0");
   }
   if (f.options.approx.max_blocks == 0) return FlagError("--approx-max-blocks must be >= 1");
+  const int shards = f.options.kv_ingest_threads;
+  if (shards < 1 || shards > 64) return FlagError("--kv-ingest-threads must be 1 to 64");
+  if (shards > 1 && f.kv_transport != "zmq") {
+    return FlagError("--kv-ingest-threads > 1 needs --kv-event-transport zmq");
+  }
+  if (shards > 1 && f.options.kv_snapshot.enabled()) {  // doc/kv-events.md "Sharded ingestion"
+    return FlagError(
+        "--kv-ingest-threads > 1 does not work with --kv-snapshot-path yet: one snapshot "
+        "across ingestion shards is not built; use 1 thread or no snapshots");
+  }
   f.options.approx.ttl_ns = static_cast<int64_t>(f.approx_ttl_s * 1e9);
   const double parity_s = f.parity_interval_s;
   if (!std::isfinite(parity_s) || parity_s > 1e9 || (parity_s != 0 && !(parity_s >= 0.01))) {
@@ -197,7 +207,8 @@ constexpr ValidationStep kValidationSteps[] = {
     {"--session-affinity*", ParseSessionFlags},
     {"--decode-input-demand, --decode-request-weight (and env)", ParseDecodeDemand},
     {"--kv-*-overlap-weight, the cost terms", ResolveOverlapWeights},
-    {"--kv-event-transport, --approx-*, --render-parity-interval-s", ParseKvViewFlags},
+    {"--kv-event-transport, --kv-ingest-threads, --approx-*, --render-parity-interval-s",
+     ParseKvViewFlags},
     {"--request-transport, --nats-req-*", ParseRequestTransport},
     {"--port, --max-connections", CheckServerFlags},
     {"--router-replica-*", ResolveReplicaSync},
