@@ -126,6 +126,20 @@ absl::Status PolicyConfig::Validate() const {
   return absl::OkStatus();
 }
 
+std::optional<double> RunnerUpCost(std::span<const double> costs, double cost) {
+  if (costs.size() < 2) return std::nullopt;
+  bool skipped = false;
+  double best = std::numeric_limits<double>::infinity();
+  for (double c : costs) {
+    if (!skipped && c == cost) {
+      skipped = true;
+      continue;
+    }
+    best = std::min(best, c);
+  }
+  return best;
+}
+
 std::string FormatPickLog(const PickResult& r) {
   if (r.policy == Policy::kRoundRobin || r.policy == Policy::kRandom) {
     return absl::StrCat("pick policy=", PolicyName(r.policy), " role=", RoleName(r.role),
@@ -339,6 +353,7 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
       }
     }
     result.scored = n;
+    result.runner_up_cost = RunnerUpCost(result.costs, best_s.cost);
   }
   const TargetId winner = candidates[best];
   result.picked = winner;
@@ -461,6 +476,7 @@ PickResult Selector::PickPeer(const RoutingInput& input, std::span<const TargetI
   const TargetId winner = candidates[best];
   result.picked = winner;
   result.cost = result.costs[best];
+  result.runner_up_cost = RunnerUpCost(result.costs, result.cost);
   result.request_blocks = request_blocks_[best];
   result.hits = signals_[best].hits;
   result.cache_hits = signals_[best].hits.total();

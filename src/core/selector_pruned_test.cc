@@ -1,7 +1,8 @@
 // The pruned kv-aware pick against the full scan, side by side (doc/selection.md
 // "Pruned pick"): two selectors over one index, fed the same picks, releases, settles
 // and load reports, on seeded random fleets built for ties (identical idle targets,
-// equal hits); every pick must name the same winner with the same cost, load, credit.
+// equal hits); every pick must name the same winner with the same cost, load, credit
+// and runner-up cost (the route receipt's).
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -116,6 +117,10 @@ void RunSeed(uint64_t seed, Totals& totals) {
     ASSERT_EQ(a->cache_hits, b->cache_hits);
     ASSERT_EQ(a->inflight_hits, b->inflight_hits);
     ASSERT_EQ(a->mm_affinity_hits, b->mm_affinity_hits);
+    // The runner-up's cost (the best of the others, the receipt's runner_up_cost).
+    ASSERT_EQ(a->runner_up_cost, RunnerUpCost(a->costs, a->cost));
+    ASSERT_EQ(a->runner_up_cost, b->runner_up_cost) << "seed " << seed << " pick " << pick;
+    ASSERT_EQ(b->runner_up_cost.has_value(), cands.size() > 1);
     ASSERT_EQ(a->scored, cands.size());
     ASSERT_LE(b->scored, cands.size());
     // A skipped candidate's entry is a lower bound of its cost.
