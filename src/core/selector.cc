@@ -343,17 +343,24 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
   if (pruned) {
     best = PickPruned(input, candidates, k, start, result, best_s);
   } else {
+    // The two least costs (a repeated one counts twice): the runner-up is the least
+    // but the winner's, RunnerUpCost(costs, cost) without a second pass.
+    double least = std::numeric_limits<double>::infinity(), second = least;
     for (size_t j = 0; j < n; ++j) {
       const size_t i = (start + j) % n;
       const Scored s = ScoreOne(input, i, candidates[i], k, terms_[i]);
       result.costs[i] = s.cost;
+      if (s.cost < second) {
+        second = s.cost < least ? least : s.cost;
+        least = std::min(least, s.cost);
+      }
       if (j == 0 || Replaces(s, best_s)) {
         best = i;
         best_s = s;
       }
     }
     result.scored = n;
-    result.runner_up_cost = RunnerUpCost(result.costs, best_s.cost);
+    if (n > 1) result.runner_up_cost = best_s.cost == least ? second : least;
   }
   const TargetId winner = candidates[best];
   result.picked = winner;

@@ -34,6 +34,7 @@ PolicyConfig RandomConfig(Random& rng) {
   const double weights[] = {1.0, 0.5, 0.0, 3.0};
   c.overlap_weight = weights[rng.Uniform(4)];
   c.kv_pressure_slope = rng.Uniform(2) == 0 ? 1.0 : 0.25;
+  if (rng.Uniform(3) == 0) c.decode_overlap_weight = 0.25;
   return c;
 }
 
@@ -92,7 +93,9 @@ void RunSeed(uint64_t seed, Totals& totals) {
     for (size_t i = cands.size(); i > 1; --i) std::swap(cands[i - 1], cands[rng.Uniform(i)]);
     cands.resize(1 + rng.Uniform(cands.size()));
     RoutingInput input;
-    input.role = rng.Uniform(5) == 0 ? Role::kPrefill : Role::kMixed;
+    // The router's PD picks take the pruned path too (decode: its own weight, no images).
+    const uint64_t role = rng.Uniform(6);
+    input.role = role == 0 ? Role::kPrefill : role == 1 ? Role::kDecode : Role::kMixed;
     input.request_id = "r";
     const auto& p = prompts[rng.Uniform(prompts.size())];
     if (rng.Uniform(10) != 0) {
