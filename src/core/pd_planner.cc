@@ -99,6 +99,8 @@ absl::StatusOr<PickResult> PdPlanner::PickDecode(const RoutingInput& input,
   }
   RoutingInput decode_input = input;
   decode_input.role = Role::kDecode;
+  // The chooser weighs every candidate's cost (decode demand's ties): exact ones.
+  if (choose_decode_) decode_input.exact_costs = true;
   absl::StatusOr<PickResult> pick = selector_.Pick(decode_input, decode);
   if (!pick.ok() || !choose_decode_) return pick;
   const std::optional<size_t> other = choose_decode_(decode_input, decode, *pick);

@@ -27,10 +27,11 @@
 // before that pool is used: prefill (also for the conditional-disaggregation check),
 // mixed, and decode (before `narrow_decode`).
 // `choose_decode` (decode input demand, decode_demand.h), when set, sees the decode
-// candidates and the original decode pick (with every candidate's cost) and may name
-// another candidate by position: the pick is then made over that one candidate, so
-// the chosen target keeps the normal block/cache bookkeeping (the original pick's
-// guard is released first). Prefill and mixed picks never consult it.
+// candidates and the original decode pick (with every candidate's exact cost, whatever
+// the input's exact_costs) and may name another candidate by position: the pick is
+// then made over that one candidate, so the chosen target keeps the normal block/cache
+// bookkeeping (the original pick's guard is released first). Prefill and mixed picks
+// never consult it.
 //
 // Both picks use the same RoutingInput, so the prompt is rendered and tokenized once.
 //

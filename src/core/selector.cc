@@ -126,6 +126,20 @@ absl::Status PolicyConfig::Validate() const {
   return absl::OkStatus();
 }
 
+std::optional<double> RunnerUpCost(std::span<const double> costs, double cost) {
+  if (costs.size() < 2) return std::nullopt;
+  bool skipped = false;
+  double best = std::numeric_limits<double>::infinity();
+  for (double c : costs) {
+    if (!skipped && c == cost) {
+      skipped = true;
+      continue;
+    }
+    best = std::min(best, c);
+  }
+  return best;
+}
+
 std::string FormatPickLog(const PickResult& r) {
   if (r.policy == Policy::kRoundRobin || r.policy == Policy::kRandom) {
     return absl::StrCat("pick policy=", PolicyName(r.policy), " role=", RoleName(r.role),
@@ -329,16 +343,24 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
   if (pruned) {
     best = PickPruned(input, candidates, k, start, result, best_s);
   } else {
+    // The two least costs (a repeated one counts twice): the runner-up is the least
+    // but the winner's, RunnerUpCost(costs, cost) without a second pass.
+    double least = std::numeric_limits<double>::infinity(), second = least;
     for (size_t j = 0; j < n; ++j) {
       const size_t i = (start + j) % n;
       const Scored s = ScoreOne(input, i, candidates[i], k, terms_[i]);
       result.costs[i] = s.cost;
+      if (s.cost < second) {
+        second = s.cost < least ? least : s.cost;
+        least = std::min(least, s.cost);
+      }
       if (j == 0 || Replaces(s, best_s)) {
         best = i;
         best_s = s;
       }
     }
     result.scored = n;
+    if (n > 1) result.runner_up_cost = best_s.cost == least ? second : least;
   }
   const TargetId winner = candidates[best];
   result.picked = winner;
@@ -461,6 +483,7 @@ PickResult Selector::PickPeer(const RoutingInput& input, std::span<const TargetI
   const TargetId winner = candidates[best];
   result.picked = winner;
   result.cost = result.costs[best];
+  result.runner_up_cost = RunnerUpCost(result.costs, result.cost);
   result.request_blocks = request_blocks_[best];
   result.hits = signals_[best].hits;
   result.cache_hits = signals_[best].hits.total();

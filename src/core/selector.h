@@ -164,9 +164,10 @@ struct RoutingInput {
   // the client's cache-retention hints (router/cache_control.h); 1 = none.
   double overlap_weight_factor = 1.0;
   // kv-aware: false lets the pick skip the full score of candidates that provably
-  // cannot win (the pruned pick, doc/selection.md "Pruned pick"): the winner and its
-  // fields are the same, but PickResult::costs holds, for a skipped candidate, a lower
-  // bound of its cost, not the cost. true (default): every cost is exact.
+  // cannot win nor be the runner-up (the pruned pick, doc/selection.md "Pruned pick"):
+  // the winner, its fields and PickResult::runner_up_cost are the same, but
+  // PickResult::costs holds, for a skipped candidate, a lower bound of its cost, not
+  // the cost. true (default): every cost is exact.
   bool exact_costs = true;
 
   bool OverlapTrusted(TargetId t) const {
@@ -200,12 +201,22 @@ struct PickResult {
   uint32_t mm_images = 0;
   uint32_t mm_affinity_hits = 0;  // images the picked target already held
   double cost = 0;                // kv-aware: the winner's cost; least-load: its load
-  std::vector<double> costs;      // kv-aware: every candidate's cost, by position
+  // kv-aware and the peers: every candidate's cost, by position (the pruned pick: a
+  // lower bound for a candidate it did not score, RoutingInput::exact_costs).
+  std::vector<double> costs;
+  // kv-aware and the peers: the best cost among the other candidates, equal to `cost`
+  // on a tie (RunnerUpCost of exact costs; exact on the pruned pick too); nullopt with
+  // one candidate, and for the policies without costs.
+  std::optional<double> runner_up_cost;
   // kv-aware: candidates whose cost was computed in full (all, unless the pruned pick
   // skipped some: RoutingInput::exact_costs false).
   size_t scored = 0;
   LoadState::ActiveGuard guard;   // releases the request's active blocks
 };
+
+// The best of `costs` but one entry equal to `cost` (the winner's): the runner-up's
+// cost, equal to `cost` on a tie; nullopt when `costs` has fewer than two entries.
+std::optional<double> RunnerUpCost(std::span<const double> costs, double cost);
 
 // The pick log line (architecture §6), without a trailing newline:
 //   kv-aware, least-load: "pick policy=<p> role=<r> request_id=<id> picked=<target>
@@ -276,6 +287,14 @@ class Selector {
   // full scan from `start`'s, scoring only the candidates that may win.
   size_t PickPruned(const RoutingInput& input, std::span<const TargetId> candidates,
                     const KvAwareTerms& k, size_t start, PickResult& result, Scored& best);
+  // The pruned pick's score of candidate i: into scores_, scored_at_, result.costs[i].
+  void ScorePruned(const RoutingInput& input, std::span<const TargetId> candidates,
+                   const KvAwareTerms& k, size_t i, PickResult& result);
+  // The pruned pick's runner-up cost (the best of the others, exact): scores the
+  // unscored candidates whose bound is below it. `won`: the winner's index in scores_;
+  // `rest`: the least bound of the unscored candidates (every one of them >= it).
+  double RunnerUp(const RoutingInput& input, std::span<const TargetId> candidates,
+                  const KvAwareTerms& k, size_t won, double rest, PickResult& result);
   size_t PickRoundRobin(std::span<const TargetId> candidates);
   size_t PickLeastLoad(const RoutingInput& input, std::span<const TargetId> candidates);
   // --kv-inflight-credit: the blocks of the request's chain after `view_hits` that t's

@@ -1,5 +1,6 @@
-// The pruned kv-aware pick (doc/selection.md "Pruned pick"): the same winner as the
-// full scan, scoring in full only the candidates that may win.
+// The pruned kv-aware pick (doc/selection.md "Pruned pick"): the same winner and
+// runner-up cost as the full scan, scoring in full only the candidates that may be
+// either.
 //
 // Every term of the load is >= 0 (pending prefill, remote prefill, KV pressure,
 // decode load, sequence-slot wait; spec: active + recent blocks; the queue discount
@@ -63,12 +64,8 @@ size_t Selector::PickPruned(const RoutingInput& input, std::span<const TargetId>
   }
   scored_at_.clear();
   scores_.clear();
-  const auto score = [&](size_t i) {
-    const TargetId t = candidates[i];
-    scored_at_.push_back(i);
-    scores_.push_back(ScoreOne(input, i, t, k, load_.TermsOf(t, request_blocks_[i], now_ns_)));
-    result.costs[i] = scores_.back().cost;
-  };
+  scored_.assign(n, 0);
+  const auto score = [&](size_t i) { ScorePruned(input, candidates, k, i, result); };
   for (size_t i : at_lowest_) score(i);
   // Raise the threshold until each candidate left is clearly above the costs that take
   // part in the scan (the "kept" ones); past 6 rounds, score them all.
@@ -97,35 +94,64 @@ size_t Selector::PickPruned(const RoutingInput& input, std::span<const TargetId>
     }
     // Some bound left is not clearly above: score those near the kept costs too.
     const double threshold = std::max(rest, hi + 4e-9 * std::max({1.0, mag, std::fabs(rest)}));
-    if (round == 1) {
-      scored_.assign(n, 0);
-      for (size_t i : scored_at_) scored_[i] = 1;
-    }
     rest = inf;
     for (size_t i = 0; i < n; ++i) {
       if (scored_[i]) continue;
       if (round >= 6 || result.costs[i] <= threshold) {
-        scored_[i] = 1;
         score(i);
       } else {
         rest = std::min(rest, result.costs[i]);
       }
     }
   }
-  result.scored = scores_.size();
   // The kept ones in scan order (positions from `start` on, wrapping).
   const auto scan_order = [&](size_t j) { return (scored_at_[j] + n - start) % n; };
   std::sort(fold_.begin(), fold_.end(),
             [&](size_t a, size_t b) { return scan_order(a) < scan_order(b); });
-  size_t winner = scored_at_[fold_.front()];
-  best = scores_[fold_.front()];
+  size_t won = fold_.front();  // the winner's index in scores_
   for (size_t j = 1; j < fold_.size(); ++j) {
-    if (Replaces(scores_[fold_[j]], best)) {
-      winner = scored_at_[fold_[j]];
-      best = scores_[fold_[j]];
-    }
+    if (Replaces(scores_[fold_[j]], scores_[won])) won = fold_[j];
   }
+  const size_t winner = scored_at_[won];
+  best = scores_[won];
+  if (n > 1) result.runner_up_cost = RunnerUp(input, candidates, k, won, rest, result);
+  result.scored = scores_.size();
   return winner;
+}
+
+void Selector::ScorePruned(const RoutingInput& input, std::span<const TargetId> candidates,
+                           const KvAwareTerms& k, size_t i, PickResult& result) {
+  const TargetId t = candidates[i];
+  scored_[i] = 1;
+  scored_at_.push_back(i);
+  scores_.push_back(ScoreOne(input, i, t, k, load_.TermsOf(t, request_blocks_[i], now_ns_)));
+  result.costs[i] = scores_.back().cost;
+}
+
+double Selector::RunnerUp(const RoutingInput& input, std::span<const TargetId> candidates,
+                          const KvAwareTerms& k, size_t won, double rest, PickResult& result) {
+  // The best other cost scored so far; every unscored bound is >= rest.
+  double runner_up = std::numeric_limits<double>::infinity();
+  for (size_t j = 0; j < scores_.size(); ++j) {
+    if (j != won) runner_up = std::min(runner_up, scores_[j].cost);
+  }
+  const auto score = [&](size_t i) {
+    ScorePruned(input, candidates, k, i, result);
+    runner_up = std::min(runner_up, scores_.back().cost);
+  };
+  const size_t n = candidates.size();
+  // First those at the least unscored bound, in position order, until one costs no
+  // more than it (an idle candidate's cost is its bound): no other can cost less.
+  for (size_t i = 0; i < n && runner_up > rest; ++i) {
+    if (!scored_[i] && result.costs[i] == rest) score(i);
+  }
+  // Then any left whose bound is below the best other cost so far (it only falls, so a
+  // candidate passed over stays at or above it): each skipped cost is >= its bound >=
+  // the runner-up.
+  for (size_t i = 0; i < n && runner_up > rest; ++i) {
+    if (!scored_[i] && result.costs[i] < runner_up) score(i);
+  }
+  return runner_up;
 }
 
 }  // namespace infera::core

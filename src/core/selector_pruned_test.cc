@@ -1,7 +1,8 @@
 // The pruned kv-aware pick against the full scan, side by side (doc/selection.md
 // "Pruned pick"): two selectors over one index, fed the same picks, releases, settles
 // and load reports, on seeded random fleets built for ties (identical idle targets,
-// equal hits); every pick must name the same winner with the same cost, load, credit.
+// equal hits); every pick must name the same winner with the same cost, load, credit
+// and runner-up cost (the route receipt's).
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -33,6 +34,7 @@ PolicyConfig RandomConfig(Random& rng) {
   const double weights[] = {1.0, 0.5, 0.0, 3.0};
   c.overlap_weight = weights[rng.Uniform(4)];
   c.kv_pressure_slope = rng.Uniform(2) == 0 ? 1.0 : 0.25;
+  if (rng.Uniform(3) == 0) c.decode_overlap_weight = 0.25;
   return c;
 }
 
@@ -91,7 +93,9 @@ void RunSeed(uint64_t seed, Totals& totals) {
     for (size_t i = cands.size(); i > 1; --i) std::swap(cands[i - 1], cands[rng.Uniform(i)]);
     cands.resize(1 + rng.Uniform(cands.size()));
     RoutingInput input;
-    input.role = rng.Uniform(5) == 0 ? Role::kPrefill : Role::kMixed;
+    // The router's PD picks take the pruned path too (decode: its own weight, no images).
+    const uint64_t role = rng.Uniform(6);
+    input.role = role == 0 ? Role::kPrefill : role == 1 ? Role::kDecode : Role::kMixed;
     input.request_id = "r";
     const auto& p = prompts[rng.Uniform(prompts.size())];
     if (rng.Uniform(10) != 0) {
@@ -116,6 +120,10 @@ void RunSeed(uint64_t seed, Totals& totals) {
     ASSERT_EQ(a->cache_hits, b->cache_hits);
     ASSERT_EQ(a->inflight_hits, b->inflight_hits);
     ASSERT_EQ(a->mm_affinity_hits, b->mm_affinity_hits);
+    // The runner-up's cost (the best of the others, the receipt's runner_up_cost).
+    ASSERT_EQ(a->runner_up_cost, RunnerUpCost(a->costs, a->cost));
+    ASSERT_EQ(a->runner_up_cost, b->runner_up_cost) << "seed " << seed << " pick " << pick;
+    ASSERT_EQ(b->runner_up_cost.has_value(), cands.size() > 1);
     ASSERT_EQ(a->scored, cands.size());
     ASSERT_LE(b->scored, cands.size());
     // A skipped candidate's entry is a lower bound of its cost.

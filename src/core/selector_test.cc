@@ -96,6 +96,8 @@ TEST_F(SelectorTest, SpecWorkedExample) {
   EXPECT_DOUBLE_EQ(pick->costs[0], 8);
   EXPECT_DOUBLE_EQ(pick->costs[1], 11);
   EXPECT_DOUBLE_EQ(pick->cost, 8);
+  ASSERT_TRUE(pick->runner_up_cost.has_value());
+  EXPECT_DOUBLE_EQ(*pick->runner_up_cost, 11);
   EXPECT_EQ(pick->cache_hits, 8u);
   EXPECT_EQ(pick->request_blocks, 10u);
   EXPECT_EQ(pick->active_blocks, 6u);
@@ -104,6 +106,16 @@ TEST_F(SelectorTest, SpecWorkedExample) {
             "request_blocks=10 active_blocks=6 w_overlap=1.0 mm_images=0 mm_affinity_hits=0");
   // The pick added the request's 10 blocks to W0's active set.
   EXPECT_EQ(s.load().ActiveBlocks(w0_), 16u);
+}
+
+TEST(RunnerUpCostTest, TheBestOfTheOthers) {
+  const double tie[] = {7.0, 2.5, 4.0, 2.5};
+  EXPECT_EQ(RunnerUpCost(tie, 2.5), 2.5);  // a tie: the runner-up costs the same
+  const double apart[] = {7.0, 2.5, 4.0};
+  EXPECT_EQ(RunnerUpCost(apart, 2.5), 4.0);
+  const double one[] = {2.5};
+  EXPECT_FALSE(RunnerUpCost(one, 2.5).has_value());  // one candidate
+  EXPECT_FALSE(RunnerUpCost({}, 0).has_value());      // round-robin, random, least-load
 }
 
 TEST_F(SelectorTest, RaisingTheWeightWidensTheMargin) {

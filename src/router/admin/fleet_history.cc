@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <limits>
 
 namespace infera::router {
 namespace {
@@ -50,18 +49,8 @@ RouteLegReceipt LegReceiptOf(const core::PickResult& pick) {
   leg.load = pick.load;
   leg.cost = pick.cost;
   leg.candidates = static_cast<uint32_t>(pick.costs.size());
-  // The winner's cost is one of `costs` (the same double); the runner-up is the best
-  // of the others (equal to the winner's on a tie).
-  bool skipped = false;
-  double best = std::numeric_limits<double>::infinity();
-  for (double c : pick.costs) {
-    if (!skipped && c == pick.cost) {
-      skipped = true;
-      continue;
-    }
-    best = std::min(best, c);
-  }
-  if (pick.costs.size() > 1) leg.runner_up_cost = best;
+  // Exact on the pruned pick too (core::RunnerUpCost of the exact costs).
+  leg.runner_up_cost = pick.runner_up_cost;
   return leg;
 }
 

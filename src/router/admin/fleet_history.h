@@ -44,7 +44,7 @@ struct RouteLegReceipt {
   // The best cost among the other candidates; nullopt when there was one candidate or
   // the policy scores none (round-robin, random, least-load).
   std::optional<double> runner_up_cost;
-  uint32_t candidates = 0;  // candidates scored (0: the policy scores none)
+  uint32_t candidates = 0;  // candidates weighed (0: the policy keeps no cost)
 };
 
 // One plan's receipt: a mixed pick has one leg, a PD plan two (prefill first).

@@ -19,18 +19,20 @@ RouteReceipt Receipt(int64_t at_ns, const std::string& target, uint32_t hits, ui
   return r;
 }
 
-TEST(RouteReceipt, RunnerUpIsTheBestOtherCost) {
+TEST(RouteReceipt, RunnerUpIsThePicksRunnerUp) {
   core::PickResult pick;
   pick.picked_name = "w1";
   pick.cost = 2.5;
-  pick.costs = {7.0, 2.5, 4.0, 2.5};
+  // The pruned pick: a skipped candidate's entry is a bound (1.0 here), not its cost;
+  // the receipt reads the pick's exact runner-up.
+  pick.costs = {7.0, 2.5, 1.0, 2.5};
+  pick.runner_up_cost = 2.5;  // a tie: the runner-up costs the same
   const RouteLegReceipt leg = LegReceiptOf(pick);
   ASSERT_TRUE(leg.runner_up_cost.has_value());
-  EXPECT_EQ(*leg.runner_up_cost, 2.5);  // a tie: the runner-up costs the same
+  EXPECT_EQ(*leg.runner_up_cost, 2.5);
   EXPECT_EQ(leg.candidates, 4u);
-  pick.costs = {7.0, 2.5, 4.0};
-  EXPECT_EQ(*LegReceiptOf(pick).runner_up_cost, 4.0);
   pick.costs = {2.5};
+  pick.runner_up_cost.reset();
   EXPECT_FALSE(LegReceiptOf(pick).runner_up_cost.has_value());  // one candidate
   pick.costs.clear();
   EXPECT_FALSE(LegReceiptOf(pick).runner_up_cost.has_value());  // round-robin, random

@@ -100,6 +100,10 @@ core::RoutingInput PickPlanner::InputOf(const RequestContext& ctx, int64_t now_n
   input.image_keys = ctx.api.image_keys;
   input.overlap_untrusted = untrusted_;
   input.overlap_weight_factor = RetentionWeightFactor(ctx.api.cache_retention);
+  // The pruned pick (doc/selection.md "Pruned pick"): the planner, the pick log, the
+  // metrics and the receipt read the winner and the runner-up's cost only (the decode
+  // demand chooser asks PdPlanner for exact costs).
+  input.exact_costs = false;
   if (approx_) approx_->Expire(now_ns);
   return input;
 }
