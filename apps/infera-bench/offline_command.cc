@@ -370,6 +370,10 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
   app.add_option("--kv-pressure-slope", f.kv_pressure_slope,
                  "work load term: cost per in-flight block above the threshold")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--kv-pressure-yield", f.kv_pressure_yield,
+                 "work load term: a mixed or prefill pick drops the KV-pressure term when "
+                 "every candidate is past its threshold (true/false)")
+      ->capture_default_str();
   app.add_option("--load-queue-scaling", f.load_queue_scaling,
                  "kv-aware, work term: divide the load term by 1 + the candidates' mean "
                  "requests in prefill (true/false)")
@@ -589,6 +593,7 @@ int RunOffline(const OfflineFlags& flags) {
     config.policy.decode_load_blocks = flags.decode_load_blocks;
     config.policy.seq_wait_blocks = flags.seq_wait_blocks;
     config.policy.timed_prefill = flags.timed_prefill;
+    config.policy.kv_pressure_yield = flags.kv_pressure_yield;
     config.policy.prefill_rate = flags.prefill_rate;
     config.policy.inflight_credit = flags.inflight_credit;
     config.policy.inflight_credit_holders = flags.inflight_credit_holders;

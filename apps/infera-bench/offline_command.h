@@ -28,6 +28,7 @@ struct OfflineFlags {
   double decode_load_blocks = 0;
   double seq_wait_blocks = 256;
   bool timed_prefill = false;
+  bool kv_pressure_yield = false;
   double prefill_rate = 3000;
   double inflight_credit = 0;
   uint32_t inflight_credit_holders = 2;

@@ -435,8 +435,9 @@ LoadState::Terms LoadState::TermsOf(TargetId target, size_t incoming_blocks,
     const double pending = options_.timed_prefill
                                ? TimedPrefillOf(slots_[target], now_ns)
                                : std::max(0.0, hot.prefill_blocks);
-    terms.load = pending + hot.remote_prefill_blocks + KvPressureOf(hot, incoming_blocks) +
-                 DecodeLoadOf(hot) + terms.seq_wait;
+    terms.pressure = KvPressureOf(hot, incoming_blocks);
+    terms.load =
+        pending + hot.remote_prefill_blocks + terms.pressure + DecodeLoadOf(hot) + terms.seq_wait;
   }
   return terms;
 }

@@ -252,6 +252,7 @@ class LoadState {
     double load = 0;
     double seq_wait = 0;
     size_t active = 0;
+    double pressure = 0;  // KvPressure(target, incoming_blocks): the part of `load` it is
   };
   Terms TermsOf(TargetId target, size_t incoming_blocks, int64_t now_ns = 0) const;
   // The other router replicas' load on the target (sums over replicas, >= 0); the

@@ -336,6 +336,11 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
   if (config_.load_queue_scaling && config_.load_term == LoadTerm::kWork) {
     k.discount = 1.0 + q / static_cast<double>(n);
   }
+  // KV pressure steers a request to a target with room; when no candidate has any left
+  // it only steers requests off their cache (doc/selection.md "KV pressure"). Decode
+  // picks keep it: there it is the balance of the pool's memory.
+  k.yield_pressure = config_.kv_pressure_yield && input.role != Role::kDecode &&
+                     config_.load_term == LoadTerm::kWork && EveryCandidatePressed(candidates);
   size_t best = 0;
   Scored best_s;
   result.costs.resize(n);
@@ -395,7 +400,8 @@ Selector::Scored Selector::ScoreOne(const RoutingInput& input, size_t i, TargetI
   // The sequence-slot wait is not prefill work queued ahead: not discounted, so a cold
   // engine wins once every warm one is at its max_num_seqs.
   const double slot_wait = terms.seq_wait;
-  s.load = (terms.load - slot_wait) / k.discount + slot_wait;
+  const double load = k.yield_pressure ? terms.load - terms.pressure : terms.load;
+  s.load = (load - slot_wait) / k.discount + slot_wait;
   s.cost = k.w_overlap * (request_blocks_[i] - s.credited) + s.load;
   if (k.use_images) {
     const size_t held = images_.CountHeld(t, input.image_keys);
@@ -403,6 +409,13 @@ Selector::Scored Selector::ScoreOne(const RoutingInput& input, size_t i, TargetI
   }
   s.active = terms.active;
   return s;
+}
+
+bool Selector::EveryCandidatePressed(std::span<const TargetId> candidates) const {
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!(load_.KvPressure(candidates[i], request_blocks_[i]) > 0)) return false;
+  }
+  return !candidates.empty();
 }
 
 bool Selector::Replaces(const Scored& s, const Scored& best) {

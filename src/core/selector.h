@@ -109,6 +109,9 @@ struct PolicyConfig {
   LoadTerm load_term = LoadTerm::kWork;          // --load-term work|spec
   double kv_pressure_threshold = 0.8;            // fraction of a target's KV capacity
   double kv_pressure_slope = 1.0;                // cost per in-flight block past it
+  // kv-aware, work term: a mixed or prefill pick drops the KV-pressure term when every
+  // candidate is past its threshold (--kv-pressure-yield; doc/selection.md).
+  bool kv_pressure_yield = false;
   double decode_load_blocks = 0;                 // --kv-decode-load (0 = off)
   double seq_wait_blocks = 256;                  // --kv-seq-wait-load (0 = off)
   // work term: pending prefill less its elapsed time's progress at the target's learned
@@ -271,6 +274,7 @@ class Selector {
     bool use_tokens = false;
     bool use_images = false;
     bool inflight_on = false;
+    bool yield_pressure = false;  // every candidate pressed: the pressure term is dropped
   };
   struct Scored {
     double cost = 0;
@@ -281,6 +285,9 @@ class Selector {
   };
   Scored ScoreOne(const RoutingInput& input, size_t i, TargetId t, const KvAwareTerms& k,
                   const LoadState::Terms& terms);
+  // Whether adding its request's blocks puts every candidate past its KV-pressure
+  // threshold (KvAwareTerms::yield_pressure). Stops at the first that stays below.
+  bool EveryCandidatePressed(std::span<const TargetId> candidates) const;
   // Whether `s` replaces `best` in the scan (the tie chain: cost, load, active blocks).
   static bool Replaces(const Scored& s, const Scored& best);
   // The pruned pick (selector_pruned.cc): the position of the winner, the same as the

@@ -77,6 +77,13 @@ class SelectorTest : public ::testing::Test {
     selector_ = std::make_unique<Selector>(config, index_);
     return *selector_;
   }
+  // Make, with W0 and W1 of 100 blocks of KV capacity each.
+  Selector& MakeSized(const PolicyConfig& config) {
+    Selector& s = Make(config);
+    s.load().SetCapacityBlocks(w0_, 100);
+    s.load().SetCapacityBlocks(w1_, 100);
+    return s;
+  }
 
   KvIndex index_;
   std::vector<TokenId> tokens_;
@@ -568,9 +575,7 @@ TEST_F(SelectorTest, DefaultPendingPrefillIsSettledByEventsOrFirstToken) {
 }
 
 TEST_F(SelectorTest, DefaultKvPressureIsSteepPastTheThreshold) {
-  Selector& s = Make(PolicyConfig{});
-  s.load().SetCapacityBlocks(w0_, 100);
-  s.load().SetCapacityBlocks(w1_, 100);
+  Selector& s = MakeSized(PolicyConfig{});
   // W0 caches the prompt but holds 85 in-flight blocks (decoding: no pending
   // prefill). With this request's 10 it would be at 95 %: 15 blocks past 80 % cost
   // 1 each (the default slope) = 15, more than W1's 10 misses.
@@ -590,6 +595,49 @@ TEST_F(SelectorTest, DefaultKvPressureIsSteepPastTheThreshold) {
   ASSERT_TRUE(q.ok());
   EXPECT_DOUBLE_EQ(q->costs[0], 0);
   EXPECT_EQ(q->picked, w0_);
+}
+
+// --kv-pressure-yield (off by default): when every candidate would be past its threshold,
+// a mixed or prefill pick drops the pressure term (it could only send the request off
+// its cache); a decode pick keeps it. W0 caches the prompt at 95 + 10 of 100 blocks
+// (25 past 80 %), cold W1 at 75 + 10 (5 past): with the term W1 wins 10 + 5 < 25.
+TEST_F(SelectorTest, KvPressureYieldsWhenEveryCandidateIsPressed) {
+  for (bool yield : {true, false}) {
+    PolicyConfig c;
+    c.kv_pressure_yield = yield;
+    Selector& s = MakeSized(c);
+    index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);
+    busy_.clear();
+    Busy(s, w0_, 95);
+    Busy(s, w1_, 75);
+    const TargetId cands[] = {w0_, w1_};
+    auto p = s.Pick(Input(), cands);
+    ASSERT_TRUE(p.ok());
+    EXPECT_DOUBLE_EQ(p->costs[0], yield ? 0 : 25) << yield;
+    EXPECT_DOUBLE_EQ(p->costs[1], yield ? 10 : 15) << yield;
+    EXPECT_EQ(p->picked, yield ? w0_ : w1_) << yield;
+    p->guard.Release();
+    // One candidate with room (W1 at 60 + 10): the term stays, and sends W1 the request.
+    busy_.clear();
+    Busy(s, w0_, 95);
+    Busy(s, w1_, 60);
+    auto q = s.Pick(Input(), cands);
+    ASSERT_TRUE(q.ok());
+    EXPECT_DOUBLE_EQ(q->costs[0], 25);
+    EXPECT_EQ(q->picked, w1_);
+    q->guard.Release();
+    // A decode pick keeps the term with every candidate pressed.
+    busy_.clear();
+    Busy(s, w0_, 95);
+    Busy(s, w1_, 75);
+    RoutingInput in = Input();
+    in.role = Role::kDecode;
+    auto d = s.Pick(in, cands);
+    ASSERT_TRUE(d.ok());
+    EXPECT_DOUBLE_EQ(d->costs[0], 25);
+    EXPECT_DOUBLE_EQ(d->costs[1], d->w_overlap * 10 + 5);
+    d->guard.Release();
+  }
 }
 
 // The load term is divided by 1 + the candidates' mean requests in prefill: with 2
@@ -634,9 +682,7 @@ TEST_F(SelectorTest, DecodeLoadSendsTheRequestToTheLighterDecodeBatch) {
   for (double decode_load : {0.0, 50.0}) {
     PolicyConfig c;
     c.decode_load_blocks = decode_load;
-    Selector& s = Make(c);
-    s.load().SetCapacityBlocks(w0_, 100);
-    s.load().SetCapacityBlocks(w1_, 100);
+    Selector& s = MakeSized(c);
     index_.InsertRouterHashes(w0_, chain_, Tier::kDevice);
     index_.InsertRouterHashes(w1_, chain_, Tier::kDevice);
     // Decoding requests: the hot prompt plus their own 10 blocks (past their prefill).

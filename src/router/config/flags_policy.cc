@@ -75,6 +75,10 @@ void AddCostFlags(CLI::App& app, RouterFlags& f) {
                  "work load term: cost per in-flight block above --kv-pressure-threshold "
                  "(0: no KV pressure term)")
       ->capture_default_str();
+  app.add_option("--kv-pressure-yield", o.policy.kv_pressure_yield,
+                 "work load term: a mixed or prefill pick drops the KV-pressure term when "
+                 "every candidate is past its threshold (true/false, doc/selection.md)")
+      ->capture_default_str();
   app.add_option("--kv-decode-load", o.policy.decode_load_blocks,
                  "work load term: blocks of cost of a worker whose KV capacity is full of its "
                  "in-flight requests' prompt blocks (the decode step's share of a new "
