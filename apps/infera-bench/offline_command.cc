@@ -396,6 +396,11 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
                  "--kv-timed-prefill: the learned prefill rate's seed, blocks per second")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--kv-timed-prefill-floor", f.timed_prefill_floor,
+                 "--kv-timed-prefill: the share of a dispatched prefill's missed blocks counted "
+                 "until it is confirmed, however long ago it was dispatched (0-1)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   app.add_option("--kv-inflight-credit", f.inflight_credit,
                  "kv-aware: weight of an engine's in-flight run of the prompt (blocks past its "
                  "view's hits that its in-flight requests hold), credited as hits (0: off)")
@@ -595,6 +600,7 @@ int RunOffline(const OfflineFlags& flags) {
     config.policy.timed_prefill = flags.timed_prefill;
     config.policy.kv_pressure_yield = flags.kv_pressure_yield;
     config.policy.prefill_rate = flags.prefill_rate;
+    config.policy.timed_prefill_floor = flags.timed_prefill_floor;
     config.policy.inflight_credit = flags.inflight_credit;
     config.policy.inflight_credit_holders = flags.inflight_credit_holders;
     config.policy.random_seed = 42;

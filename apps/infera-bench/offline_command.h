@@ -27,9 +27,10 @@ struct OfflineFlags {
   bool load_queue_scaling = true;
   double decode_load_blocks = 0;
   double seq_wait_blocks = 256;
-  bool timed_prefill = false;
+  bool timed_prefill = true;
   bool kv_pressure_yield = false;
   double prefill_rate = 3000;
+  double timed_prefill_floor = 0.3;
   double inflight_credit = 0;
   uint32_t inflight_credit_holders = 2;
   double slo_ttft_ms = 0;  // > 0: search each policy's goodput

@@ -76,6 +76,7 @@ LoadState::LoadState(const LoadOptions& options) : options_(options) {
   assert(options.kv_pressure_threshold >= 0 && options.kv_pressure_slope >= 0);
   assert(options.decode_load_blocks >= 0 && options.seq_wait_blocks >= 0);
   assert(options.prefill_rate_blocks_per_s > 0);
+  assert(options.timed_prefill_floor >= 0 && options.timed_prefill_floor <= 1);
 }
 
 LoadState::Slot& LoadState::SlotFor(TargetId target) {
@@ -341,7 +342,7 @@ double LoadState::TimedPrefillOf(const Slot& slot, int64_t now_ns) const {
   for (const Prefill& p : slot.prefills) {
     const double start = std::max(start_of_next, static_cast<double>(p.dispatched_ns));
     const double done = std::max(0.0, now - start) * rate;
-    left += std::min(p.blocks, std::max(0.0, p.missed - done));
+    left += std::min(p.blocks, std::max(options_.timed_prefill_floor * p.missed, p.missed - done));
     start_of_next = start + p.missed / rate;
   }
   return left;

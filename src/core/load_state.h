@@ -42,7 +42,8 @@
 //    at the target's learned prefill rate: a FIFO queue whose head has been computing
 //    since max(its dispatch, the last completion), the others waiting behind it. The
 //    rate is learned online from each completion (blocks / time since the last one, an
-//    EWMA of both, seeded by prefill_rate_blocks_per_s). Every time is passed in
+//    EWMA of both, seeded by prefill_rate_blocks_per_s). A prefill never counts less than
+//    timed_prefill_floor × its missed blocks until it is confirmed. Every time is passed in
 //    (`now_ns`): LoadState reads no clock.
 //  * Remote load (--router-replica-sync, doc/replica-sync.md): the other replicas'
 //    active and pending prefill blocks on the target (SetRemote) add to the local
@@ -101,6 +102,11 @@ struct LoadOptions {
   // kWork: pending prefill less the progress its elapsed time buys at the target's
   // learned prefill rate (see above); false: blocks until confirmed.
   bool timed_prefill = false;
+  // Timed prefill: the share of a prefill's missed blocks it counts, however long ago it
+  // was dispatched, until it is confirmed (its first token, its last block in the view):
+  // the rate is an average, and an engine whose decode batch is heavy computes a long
+  // prefill slower than it. 0: an overdue prefill counts nothing.
+  double timed_prefill_floor = 0;
   // The learned prefill rate's seed (and prior), blocks per second.
   double prefill_rate_blocks_per_s = 3000;
 };

@@ -508,6 +508,26 @@ TEST(LoadStateTest, TimedPrefillCountsWhatTheElapsedTimeLeaves) {
   EXPECT_DOUBLE_EQ(off.RemainingPrefillBlocks(0, 500 * kMs), 100);
 }
 
+// With a floor, a prefill counts at least that share of its missed blocks until it is
+// confirmed, however overdue; the FIFO queue's starts do not change.
+TEST(LoadStateTest, TimedPrefillKeepsItsFloorUntilConfirmed) {
+  LoadOptions options = TimedOptions();
+  options.timed_prefill_floor = 0.2;
+  LoadState load(options);
+  auto a = load.AddActive(0, kPrefix, 0, Timed(100, 0));
+  EXPECT_DOUBLE_EQ(load.RemainingPrefillBlocks(0, 40 * kMs), 60);  // above the floor
+  EXPECT_DOUBLE_EQ(load.RemainingPrefillBlocks(0, 90 * kMs), 20);  // at it
+  EXPECT_DOUBLE_EQ(load.RemainingPrefillBlocks(0, 5000 * kMs), 20);
+  auto b = load.AddActive(0, {}, 1, Timed(50, 10 * kMs));
+  // b starts when a is predicted done (100 ms), whatever a's floor.
+  EXPECT_NEAR(load.RemainingPrefillBlocks(0, 120 * kMs), 20 + 30, 1e-9);
+  EXPECT_NEAR(load.RemainingPrefillBlocks(0, 5000 * kMs), 20 + 10, 1e-9);
+  a.PrefillDone(5000 * kMs);  // confirmed: a counts nothing
+  EXPECT_DOUBLE_EQ(load.RemainingPrefillBlocks(0, 5000 * kMs), 50);  // b's head starts now
+  b.Release();
+  EXPECT_DOUBLE_EQ(load.RemainingPrefillBlocks(0, 5000 * kMs), 0);
+}
+
 // The rate is learned from completions with a time (PrefillDone(now), or Settle(now)
 // finding the last block): an EWMA of (blocks, ns since the last completion or the
 // dispatch), with the seed as a 50 ms prior. The next request in the queue starts at

@@ -80,6 +80,7 @@ LoadOptions PolicyConfig::Load() const {
                      .decode_load_blocks = decode_load_blocks,
                      .seq_wait_blocks = seq_wait_blocks,
                      .timed_prefill = timed_prefill,
+                     .timed_prefill_floor = timed_prefill_floor,
                      .prefill_rate_blocks_per_s = prefill_rate};
 }
 
@@ -114,6 +115,10 @@ absl::Status PolicyConfig::Validate() const {
   if (!std::isfinite(prefill_rate) || prefill_rate <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--kv-prefill-rate must be a finite number > 0, got ", prefill_rate));
+  }
+  if (!(timed_prefill_floor >= 0 && timed_prefill_floor <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-timed-prefill-floor must be in [0, 1], got ", timed_prefill_floor));
   }
   if (!(recent_decay >= 0 && recent_decay <= 1)) {
     return absl::InvalidArgumentError(

@@ -117,8 +117,11 @@ struct PolicyConfig {
   // work term: pending prefill less its elapsed time's progress at the target's learned
   // prefill rate (--kv-timed-prefill), seeded by prefill_rate (--kv-prefill-rate,
   // blocks per second). Needs the selector's clock.
-  bool timed_prefill = false;
+  bool timed_prefill = true;
   double prefill_rate = 3000;
+  // The share of a dispatched prefill counted until it is confirmed, however long ago it
+  // was dispatched (--kv-timed-prefill-floor; LoadOptions::timed_prefill_floor).
+  double timed_prefill_floor = 0.3;
   // kv-aware: credit a candidate's in-flight run (the chain's blocks past its view's
   // hits that its in-flight requests hold) as hits, × this weight (--kv-inflight-credit;
   // 0 = off), while fewer than `inflight_credit_holders` in-flight requests on it hold

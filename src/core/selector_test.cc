@@ -816,7 +816,9 @@ TEST_F(SelectorTest, TimedPrefillPrefersTheMostAdvancedPrefill) {
       ASSERT_TRUE(p.ok());
       if (timed) {
         EXPECT_EQ(p->picked, w0_);
-        EXPECT_DOUBLE_EQ(p->load, 5.0 / 2);  // 20 − 15 blocks left, scaled by 1 + 2 / 2
+        // 20 − 15 = 5 blocks left, but never below the default floor 0.3 × 20 = 6 until
+        // confirmed; scaled by 1 + 2 / 2.
+        EXPECT_DOUBLE_EQ(p->load, 6.0 / 2);
       } else {
         EXPECT_DOUBLE_EQ(p->costs[0], p->costs[1]);
       }

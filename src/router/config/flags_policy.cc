@@ -100,6 +100,12 @@ void AddCostFlags(CLI::App& app, RouterFlags& f) {
                  "--kv-timed-prefill: the learned prefill rate's seed, blocks per second")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--kv-timed-prefill-floor", o.policy.timed_prefill_floor,
+                 "--kv-timed-prefill: the share of a dispatched prefill's missed blocks counted "
+                 "until its first token or last block confirms it, however long ago it was "
+                 "dispatched (0-1)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   app.add_option("--worker-max-num-seqs", o.worker_max_num_seqs,
                  "every worker's max_num_seqs (vLLM's --max-num-seqs), for --kv-seq-wait-load "
                  "(0: unknown, no sequence-slot term)")

@@ -4,7 +4,9 @@ item 9) on a real infera-router with real infera-mock-engines.
 
 The engines' prefill step is slowed to a fixed time (--prefill-a0 MS), so while a
 request prefills its engine has pending prefill blocks; --queue-threshold-blocks 1 then
-holds every request that arrives while each engine prefills. Bounded polls only.
+holds every request that arrives while each engine prefills. With the timed prefill (the
+default) a 4-block prefill is overdue after ~1 ms at the seed rate, and counts its floor
+until its first token: 0.3 x 4 = 1.2 blocks, still >= 1. Bounded polls only.
 
 Cases (--case):
   burst   two engines, eight requests at once: some are held, every one is answered
