@@ -8,7 +8,11 @@ CELLS: comma list of WORKLOAD@LOAD (trace8@70, trace16@90, dominant@50, pd@90, .
   or "all" (the cells issue 25 holds today: trace8 and trace16 at 50/70/90/95, the
   synthetic workloads at 50/70/90/95, PD at 70/90).
 FLAGS: the variant's flags (e.g. --kv-timed-prefill true). SEEDS=1,2,3 runs the
-synthetic workloads with each --seed (1: the default seed) and reports the mean.
+synthetic workloads with each --seed (1: the default seed) and reports the mean; with
+SLICES=1 the trace and PD cells too, seed s being the trace's slice s (requests
+(s-1)*LIMIT on, `--offset`) at the slice-1 time scale. VC_OUT: the JSON directory
+(default build/sim-variant; the default flags' runs are cached by cell and seed, so a
+new binary needs its own).
 
 The rates are session 13's (peers_sweep.py's bisection, doc/results-sim.md): 90 % =
 dominant 454.496, many 72.097, none 58.056, bursts 123.908 req/s; trace time scale
@@ -26,7 +30,7 @@ import peers_sweep as ps  # noqa: E402
 
 ps.RATE90.update({"dominant": 454.496, "many": 72.097, "none": 58.056, "bursts": 123.908,
                   "pd": 0.299})
-OUT = os.path.join(ps.ROOT, "build/sim-variant")
+OUT = os.path.join(ps.ROOT, os.environ.get("VC_OUT", "build/sim-variant"))
 ALL = ([f"{w}@{l}" for w in ("trace8", "trace16", "dominant", "many", "none", "bursts")
         for l in (50, 70, 90, 95)] + ["pd@70", "pd@90"])
 
@@ -34,8 +38,10 @@ ALL = ([f"{w}@{l}" for w in ("trace8", "trace16", "dominant", "many", "none", "b
 def run_cell(name, load, flags, seed):
     args = ps.workload_args(name) + ps.rate_args(name, load) + ["--policies", "kv-aware",
                                                                  "--jobs", "1"]
-    if seed != 1:
+    if seed != 1 and name in ps.SYNTHETIC:
         args += ["--seed", str(seed)]
+    elif seed != 1:  # the trace and PD: slice `seed` of the trace (requests (seed-1)*LIMIT on)
+        args += ["--offset", str((seed - 1) * int(ps.LIMIT))]
     tag = "_".join(f.strip("-") for f in flags) or "default"
     path = os.path.join(OUT, f"{name}_{load}_s{seed}_{tag}.json"[:200])
     if not os.path.exists(path):
@@ -59,7 +65,7 @@ def main():
     for cell in cells:
         name, load = cell.split("@")
         load = int(load)
-        cs = seeds if name in ps.SYNTHETIC else [1]
+        cs = seeds if name in ps.SYNTHETIC or os.environ.get("SLICES") == "1" else [1]
         start, avg = time.time(), open("/proc/loadavg").read().split()[0]
         base = [run_cell(name, load, [], s) for s in cs]
         var = [run_cell(name, load, flags, s) for s in cs]

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Issue 25's first "done when" point, cell by cell, over several seeds: kv-aware at the
+binary's default flags against every peer policy and round-robin, in one `infera-bench
+offline` run per cell and seed (doc/results-sim.md, session 18).
+
+Not run by scripts/bench: ~15 minutes on one core. Usage (from the repository root):
+  SEEDS=1,2,3 nice /usr/bin/python3 bench/sim/peers_check.py CELLS [-- FLAGS...]
+CELLS: comma list of WORKLOAD@LOAD, or "all" (variant_compare.py's cells). Seeds: the
+synthetic workloads' --seed; the trace and PD cells' slice of LIMIT requests (seed s =
+requests (s-1)*LIMIT on, `--offset`), each at the slice-1 time scale. FLAGS go to every
+run (kv-aware reads them; the peers do not).
+
+Prints per cell the mean over seeds of each policy's TTFT mean and p99, and whether
+kv-aware's are <= the best peer's (round-robin included). JSON in build/sim-check/.
+"""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peers_sweep as ps  # noqa: E402
+import variant_compare as vc  # noqa: E402
+
+OUT = os.path.join(ps.ROOT, os.environ.get("PC_OUT", "build/sim-check"))
+PEERS = ["dynamo", "lmetric", "llm-d", "sglang", "round-robin"]
+
+
+def run(name, load, seed, flags):
+    args = ps.workload_args(name) + ps.rate_args(name, load)
+    if seed != 1:
+        args += (["--seed", str(seed)] if name in ps.SYNTHETIC
+                 else ["--offset", str((seed - 1) * int(ps.LIMIT))])
+    tag = "_".join(f.strip("-") for f in flags) or "default"
+    path = os.path.join(OUT, f"{name}_{load}_s{seed}_{tag}.json"[:200])
+    if not os.path.exists(path):
+        subprocess.run([ps.BENCH, "offline", *args, "--policies", ",".join(["kv-aware"] + PEERS),
+                        "--jobs", "1", *flags, "--json", path], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = {}
+    for x in json.load(open(path))["results"]:
+        out[x["policy"].split()[0]] = (x["ttft_ms"]["mean"], x["ttft_ms"]["p99"])
+    return out
+
+
+def main():
+    argv = sys.argv[1:]
+    flags = argv[argv.index("--") + 1:] if "--" in argv else []
+    cells = vc.ALL if argv[0] == "all" else argv[0].split(",")
+    seeds = [int(s) for s in os.environ.get("SEEDS", "1").split(",")]
+    os.makedirs(OUT, exist_ok=True)
+    print(f"# kv-aware {' '.join(flags) or '(default flags)'} vs the peers; seeds/slices {seeds}")
+    print("| cell | kv-aware mean / p99 ms | best peer mean (who) | best peer p99 (who) | "
+          "mean ≤ | p99 ≤ |")
+    print("|---|---:|---:|---:|:-:|:-:|")
+    for cell in cells:
+        name, load = cell.split("@")
+        runs = [run(name, int(load), s, flags) for s in seeds]
+        avg = {p: (sum(r[p][0] for r in runs) / len(runs), sum(r[p][1] for r in runs) / len(runs))
+               for p in runs[0]}
+        kv = avg.pop("kv-aware")
+        bm = min(avg, key=lambda p: avg[p][0])
+        bp = min(avg, key=lambda p: avg[p][1])
+        ok = lambda a, b: "yes" if a <= b else f"no (+{(a / b - 1) * 100:.1f} %)"  # noqa: E731
+        print(f"| {cell} | {kv[0]:.1f} / {kv[1]:.0f} | {avg[bm][0]:.1f} ({bm}) | "
+              f"{avg[bp][1]:.0f} ({bp}) | {ok(kv[0], avg[bm][0])} | {ok(kv[1], avg[bp][1])} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
