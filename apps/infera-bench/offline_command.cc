@@ -411,6 +411,12 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
                  "in-flight requests on the engine hold the prompt's first block")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  app.add_option("--kv-inflight-share-window", f.inflight_share_window,
+                 "kv-aware: the in-flight run is credited only while the prompt's first block "
+                 "was that of at most this many / engines of the last this many picks (a "
+                 "prompt one engine can serve; 0: no gate)")
+      ->check(CLI::Range(0, 1 << 16))
+      ->capture_default_str();
   app.add_option("--slo-ttft-ms", f.slo_ttft_ms,
                  "search each policy's goodput: the highest arrival rate (bisection over "
                  "the time scale) with TTFT p99 <= this")
@@ -603,6 +609,7 @@ int RunOffline(const OfflineFlags& flags) {
     config.policy.timed_prefill_floor = flags.timed_prefill_floor;
     config.policy.inflight_credit = flags.inflight_credit;
     config.policy.inflight_credit_holders = flags.inflight_credit_holders;
+    config.policy.inflight_share_window = flags.inflight_share_window;
     config.policy.random_seed = 42;
     config.capacity_known = flags.capacity == "known";
     size_t reported = 0;

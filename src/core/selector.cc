@@ -329,9 +329,11 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
   k.use_images = has_images && input.role != Role::kDecode;
   k.w_overlap = result.w_overlap = k.use_tokens ? w : 0.0;
   k.w_mm = k.use_images ? config_.mm_weight_factor * w : 0.0;
-  k.inflight_on = config_.inflight_credit != 0 && config_.inflight_credit_holders != 0;
+  k.inflight_on = config_.inflight_credit != 0 && config_.inflight_credit_holders != 0 &&
+                  k.use_tokens && input.role != Role::kDecode;
 
   MatchCandidates(input, candidates, k.use_tokens);
+  if (k.inflight_on) k.inflight_on = InflightShareGate(input, n);
 
   // The pruned pick reads the load terms of the candidates it scores only.
   const bool pruned = !input.exact_costs;
@@ -429,6 +431,25 @@ bool Selector::Replaces(const Scored& s, const Scored& best) {
   const bool tie = !Less(s.cost, best.cost) && !Less(best.cost, s.cost);
   return Less(s.cost, best.cost) ||
          (tie && (Less(s.load, best.load) || (!Less(best.load, s.load) && s.active < best.active)));
+}
+
+bool Selector::InflightShareGate(const RoutingInput& input, size_t candidates) {
+  const size_t window = config_.inflight_share_window;
+  if (window == 0) return true;
+  const std::vector<BlockHash>& chain = ChainFor(input, block_sizes_[0]);
+  if (chain.empty()) return false;  // no full block: nothing in flight to join
+  const BlockHash first = chain.front();
+  if (recent_first_.size() < window) {
+    recent_first_.push_back(first);
+  } else {
+    BlockHash& slot = recent_first_[recent_next_];
+    auto it = recent_count_.find(slot);
+    if (--it->second == 0) recent_count_.erase(it);
+    slot = first;
+    recent_next_ = (recent_next_ + 1) % window;
+  }
+  const uint32_t count = ++recent_count_[first];
+  return static_cast<size_t>(count) * candidates <= window;
 }
 
 size_t Selector::InflightRun(const RoutingInput& input, TargetId t, size_t view_hits) {

@@ -7,7 +7,9 @@
 //      w = the role's overlap weight (prefill/decode) when set, else overlap_weight.
 //      credited_hits = trust(t) × (device hits + host_hit_weight × host hits
 //                      + disk_hit_weight × disk hits (consecutive prefix, KvIndex)
-//                      + inflight_credit × the in-flight run, off by default)
+//                      + inflight_credit × the in-flight run: mixed and prefill
+//                      picks of a prompt whose first block is at most 1/candidates
+//                      of the recent picks' (the share gate))
 //      trust(t) = PredictionTracker::Trust: 1, less for a target whose predicted
 //      hits drift from what its engine reports; 0 for a target listed in
 //      RoutingInput::overlap_untrusted (render parity diverged): its cost is then a
@@ -125,9 +127,14 @@ struct PolicyConfig {
   // kv-aware: credit a candidate's in-flight run (the chain's blocks past its view's
   // hits that its in-flight requests hold) as hits, × this weight (--kv-inflight-credit;
   // 0 = off), while fewer than `inflight_credit_holders` in-flight requests on it hold
-  // the chain's first block (--kv-inflight-holders).
-  double inflight_credit = 0;
-  uint32_t inflight_credit_holders = 2;
+  // the chain's first block (--kv-inflight-holders), on mixed and prefill picks, and
+  // (the share gate, --kv-inflight-share-window W; 0 = no gate) only while the chain's
+  // first block was that of at most W / candidates of the last W such picks with
+  // tokens, this one included: a prompt that one engine can serve joins the computation
+  // of its copy in flight; a hot prompt, which needs many homes, does not.
+  double inflight_credit = 0.5;
+  uint32_t inflight_credit_holders = 3;
+  uint32_t inflight_share_window = 32;
   double mm_weight_factor = 48.0;  // w_mm = factor × w
   uint64_t random_seed = 0;        // the random policy's seed
   // Settle pending prefills and recent charges when a view shows their last block.
@@ -307,6 +314,9 @@ class Selector {
                   const KvAwareTerms& k, size_t won, double rest, PickResult& result);
   size_t PickRoundRobin(std::span<const TargetId> candidates);
   size_t PickLeastLoad(const RoutingInput& input, std::span<const TargetId> candidates);
+  // The share gate (PolicyConfig::inflight_share_window): records the pick's first block
+  // in the window; whether its count there × `candidates` is at most the window.
+  bool InflightShareGate(const RoutingInput& input, size_t candidates);
   // --kv-inflight-credit: the blocks of the request's chain after `view_hits` that t's
   // in-flight requests hold, in a row, when 1 ≤ holders of its first block < the limit;
   // else 0.
@@ -371,6 +381,11 @@ class Selector {
   std::vector<Scored> scores_;
   std::vector<size_t> fold_;
   std::vector<PeerSignals> signals_;   // peers: by position
+  // The share gate's window: the first blocks of the last picks (a ring, at most
+  // inflight_share_window), and their counts.
+  std::vector<BlockHash> recent_first_;
+  size_t recent_next_ = 0;
+  absl::flat_hash_map<BlockHash, uint32_t> recent_count_;
   // sglang: the approximate tree of what it routed (no expiry; its size bound).
   std::unique_ptr<ApproxCache> sglang_tree_;
   int64_t sglang_clock_ = 0;  // a logical clock: one tick per pick

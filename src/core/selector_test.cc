@@ -703,13 +703,15 @@ TEST_F(SelectorTest, DecodeLoadSendsTheRequestToTheLighterDecodeBatch) {
     EXPECT_DOUBLE_EQ(p->costs[1], decode_load * 0.2);
     EXPECT_EQ(p->picked, w1_);
     p->guard.Release();
-    // W1 forgets the prompt's last 5 blocks: a 5-block miss (cost 5 + its decode load).
-    // Off, the warm W0 wins on cost; on, W1's lighter batch (10) and 5 misses (15) beat
-    // W0's heavier one (30).
+    // W1 forgets the prompt's last 5 blocks: a 5-block miss, of which W1's in-flight
+    // request holds all 5 (the default in-flight credit, 0.5 × 5), so cost 2.5 + its
+    // decode load. Off, the warm W0 wins on cost; on, W1's lighter batch (10) and 2.5
+    // misses (12.5) beat W0's heavier one (30).
     index_.RemoveRouterHashes(w1_, std::span(chain_).last(5), Tier::kDevice);
     auto q = s.Pick(Input(), cands);
     ASSERT_TRUE(q.ok());
-    EXPECT_DOUBLE_EQ(q->costs[1], 5 + decode_load * 0.2);
+    EXPECT_EQ(q->inflight_hits, q->picked == w1_ ? 5u : 0u);
+    EXPECT_DOUBLE_EQ(q->costs[1], 5 - 0.5 * 5 + decode_load * 0.2);
     EXPECT_EQ(q->picked, decode_load > 0 ? w1_ : w0_);
     q->guard.Release();
     index_.RemoveRouterHashes(w0_, chain_, Tier::kDevice);
@@ -717,14 +719,16 @@ TEST_F(SelectorTest, DecodeLoadSendsTheRequestToTheLighterDecodeBatch) {
   }
 }
 
-// --kv-inflight-credit (off by default): a prompt cold everywhere is being computed on
+// --kv-inflight-credit (0.5 by default, 0 and 0.5 here): a prompt cold everywhere is being computed on
 // W0 (its first request, 10 blocks pending); W1 has a 4-block prefill of its own. The
 // discount is 1 + (1 + 1) / 2 = 2. Off, a duplicate costs W0 10 + 10 / 2 = 15 and W1
 // 10 + 4 / 2 = 12: W1 computes the prompt a second time. With weight 0.5 W0's in-flight
 // run (the whole prompt) is credited 5 blocks: 10 − 5 + 5 = 10 < 12, so the duplicate
 // follows the first and its pending prefill is the 5 blocks not credited. A third one
-// finds two holders on W0: with the default limit of 2 there is no credit (10 + 15 / 2.5
-// = 16 against 10 + 4 / 2.5 = 11.6, W1); with a limit of 3 there is (11 < 11.6, W0).
+// finds two holders on W0: with a limit of 2 there is no credit (10 + 15 / 2.5
+// = 16 against 10 + 4 / 2.5 = 11.6, W1); with a limit of 3 (the default) there is (11 <
+// 11.6, W0). The share gate (window 32) is open: the prompt is 2 of 2 picks × 2
+// candidates ≤ 32.
 TEST_F(SelectorTest, InflightCreditSendsADuplicateToTheEngineComputingIt) {
   for (uint32_t holders : {0u, 2u, 3u}) {  // 0: the credit off
     PolicyConfig c;
@@ -758,6 +762,49 @@ TEST_F(SelectorTest, InflightCreditSendsADuplicateToTheEngineComputingIt) {
     EXPECT_EQ(q->picked, holders == 2 ? w1_ : w0_);
     q->guard.Release();
   }
+}
+
+// The share gate (--kv-inflight-share-window, 4 here, 2 candidates): the credit holds
+// while the prompt's first block is at most 4 / 2 = 2 of the last 4 picks. The setting
+// of the test above (W0 computing the prompt, 10 blocks; W1 a 4-block prefill of its
+// own): the first two duplicates are credited and follow W0 (10 < 12); the third is the
+// prompt's third of three picks and computes it on W1 (15 > 12), like the fourth; after
+// two picks of another prompt it is 2 of the last 4 again and is credited. Decode picks
+// are never credited.
+TEST_F(SelectorTest, InflightCreditStopsForAPromptThatIsMostOfTheTraffic) {
+  PolicyConfig c;
+  c.inflight_share_window = 4;
+  Selector& s = Make(c);
+  std::vector<LoadState::ActiveGuard> held;
+  held.push_back(s.load().AddActive(w0_, chain_, 0, {.blocks = 10, .last_block = chain_.back()}));
+  Prefilling(s, w1_, 4);
+  const TargetId cands[] = {w0_, w1_};
+  auto pick = [&](bool credited) {
+    auto p = s.Pick(Input(), cands);
+    ASSERT_TRUE(p.ok());
+    EXPECT_DOUBLE_EQ(p->costs[0], credited ? 10.0 : 15.0);
+    EXPECT_EQ(p->picked, credited ? w0_ : w1_);
+    EXPECT_EQ(p->inflight_hits, credited ? 10u : 0u);
+    p->guard.Release();
+  };
+  pick(true);
+  pick(true);
+  pick(false);
+  pick(false);
+  const std::vector<TokenId> other = OtherTokens(20, 7000);
+  RoutingInput in = Input();
+  in.tokens = std::span<const TokenId>(other);
+  for (int i = 0; i < 2; ++i) {
+    auto p = s.Pick(in, cands);
+    ASSERT_TRUE(p.ok());
+    p->guard.Release();
+  }
+  pick(true);
+  RoutingInput decode = Input();
+  decode.role = Role::kDecode;
+  auto d = s.Pick(decode, cands);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->inflight_hits, 0u);
 }
 
 // --kv-seq-wait-load (default 256; 0 and 15 here): W0 holds the prompt but runs its
@@ -978,9 +1025,13 @@ TEST(PolicyConfigTest, ParseAndValidate) {
   PolicyConfig c;
   EXPECT_TRUE(c.Validate().ok());
   // The measured defaults of issue 25 (doc/results-sim.md): the slot wait on, the
-  // in-flight credit off.
+  // in-flight credit on behind its share gate, the timed prefill with its floor.
   EXPECT_EQ(c.seq_wait_blocks, 256);
-  EXPECT_EQ(c.inflight_credit, 0);
+  EXPECT_EQ(c.inflight_credit, 0.5);
+  EXPECT_EQ(c.inflight_credit_holders, 3u);
+  EXPECT_EQ(c.inflight_share_window, 32u);
+  EXPECT_TRUE(c.timed_prefill);
+  EXPECT_EQ(c.timed_prefill_floor, 0.3);
   EXPECT_EQ(c.Load().seq_wait_blocks, 256);
   c.overlap_weight = -1;
   EXPECT_FALSE(c.Validate().ok());

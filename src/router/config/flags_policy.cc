@@ -100,6 +100,23 @@ void AddCostFlags(CLI::App& app, RouterFlags& f) {
                  "--kv-timed-prefill: the learned prefill rate's seed, blocks per second")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--kv-inflight-credit", o.policy.inflight_credit,
+                 "kv-aware: weight of a worker's in-flight run of the prompt (blocks past its "
+                 "view's hits that its in-flight requests hold), credited as hits (0: off; "
+                 "doc/selection.md \"In-flight credit\")")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--kv-inflight-holders", o.policy.inflight_credit_holders,
+                 "--kv-inflight-credit: credited while fewer than this many in-flight requests "
+                 "on the worker hold the prompt's first block")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--kv-inflight-share-window", o.policy.inflight_share_window,
+                 "--kv-inflight-credit: only while the prompt's first block was that of at most "
+                 "this many / candidates of the last this many picks (a prompt one worker can "
+                 "serve; 0: no gate)")
+      ->check(CLI::Range(0, 1 << 16))
+      ->capture_default_str();
   app.add_option("--kv-timed-prefill-floor", o.policy.timed_prefill_floor,
                  "--kv-timed-prefill: the share of a dispatched prefill's missed blocks counted "
                  "until its first token or last block confirms it, however long ago it was "
