@@ -32,7 +32,7 @@ struct OfflineFlags {
   double prefill_rate = 3000;
   double timed_prefill_floor = 0.3;
   double inflight_credit = 0.5;
-  uint32_t inflight_credit_holders = 3;
+  uint32_t inflight_credit_holders = 8;
   uint32_t inflight_share_window = 32;
   double slo_ttft_ms = 0;  // > 0: search each policy's goodput
   size_t goodput_steps = 5;

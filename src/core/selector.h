@@ -133,7 +133,7 @@ struct PolicyConfig {
   // tokens, this one included: a prompt that one engine can serve joins the computation
   // of its copy in flight; a hot prompt, which needs many homes, does not.
   double inflight_credit = 0.5;
-  uint32_t inflight_credit_holders = 3;
+  uint32_t inflight_credit_holders = 8;
   uint32_t inflight_share_window = 32;
   double mm_weight_factor = 48.0;  // w_mm = factor × w
   uint64_t random_seed = 0;        // the random policy's seed

@@ -726,7 +726,7 @@ TEST_F(SelectorTest, DecodeLoadSendsTheRequestToTheLighterDecodeBatch) {
 // run (the whole prompt) is credited 5 blocks: 10 − 5 + 5 = 10 < 12, so the duplicate
 // follows the first and its pending prefill is the 5 blocks not credited. A third one
 // finds two holders on W0: with a limit of 2 there is no credit (10 + 15 / 2.5
-// = 16 against 10 + 4 / 2.5 = 11.6, W1); with a limit of 3 (the default) there is (11 <
+// = 16 against 10 + 4 / 2.5 = 11.6, W1); with a limit of 3 (the default is 8) there is (11 <
 // 11.6, W0). The share gate (window 32) is open: the prompt is 2 of 2 picks × 2
 // candidates ≤ 32.
 TEST_F(SelectorTest, InflightCreditSendsADuplicateToTheEngineComputingIt) {
@@ -1028,7 +1028,7 @@ TEST(PolicyConfigTest, ParseAndValidate) {
   // in-flight credit on behind its share gate, the timed prefill with its floor.
   EXPECT_EQ(c.seq_wait_blocks, 256);
   EXPECT_EQ(c.inflight_credit, 0.5);
-  EXPECT_EQ(c.inflight_credit_holders, 3u);
+  EXPECT_EQ(c.inflight_credit_holders, 8u);
   EXPECT_EQ(c.inflight_share_window, 32u);
   EXPECT_TRUE(c.timed_prefill);
   EXPECT_EQ(c.timed_prefill_floor, 0.3);
