@@ -126,6 +126,7 @@ LoadState::ActiveGuard LoadState::AddActive(TargetId target, std::span<const Blo
   guard.target_ = target;
   guard.generation_ = slot.generation;
   guard.blocks_.reserve(blocks.size());
+  if (!blocks.empty()) ++active_first_[blocks.front()];
   for (BlockHash h : blocks) {
     // A chain holds distinct hashes; a repeated one is counted (and released) once
     // per occurrence, which keeps the refcounts balanced either way.
@@ -180,6 +181,11 @@ void LoadState::DropPrefill(Slot& slot, uint64_t id, std::optional<int64_t> now_
 }
 
 void LoadState::ReleaseGuard(ActiveGuard& guard) {
+  if (!guard.blocks_.empty()) {  // counted in AddActive whether or not the target lives on
+    auto it = active_first_.find(guard.blocks_.front());
+    assert(it != active_first_.end());
+    if (it != active_first_.end() && --it->second == 0) active_first_.erase(it);
+  }
   Slot* live = LiveSlot(guard);
   if (live == nullptr) return;
   Slot& slot = *live;

@@ -246,6 +246,10 @@ class LoadState {
   double SeqWait(TargetId target) const;
   // In-flight requests on the target whose active chain holds `hash` (its refcount).
   size_t ActiveHolders(TargetId target, BlockHash hash) const;
+  // Whether any in-flight request, on any target (removed ones included until their
+  // guards go), has a chain whose first block is `first`: O(1), so a pick can tell
+  // that no candidate has an in-flight run of its prompt without asking each.
+  bool AnyActiveFirst(BlockHash first) const { return active_first_.contains(first); }
   // How many blocks of `chain` from `from` on are in the target's active set, in a row.
   size_t ActiveRun(TargetId target, std::span<const BlockHash> chain, size_t from) const;
   // The load term of the cost for a request of `incoming_blocks` at `now_ns` (see
@@ -371,6 +375,8 @@ class LoadState {
   void DropPrefill(Slot& slot, uint64_t id, std::optional<int64_t> now_ns = std::nullopt);
 
   LoadOptions options_;
+  // Live guards by the first block of their chain (AnyActiveFirst).
+  absl::flat_hash_map<BlockHash, uint32_t> active_first_;
   // Lazy decay: a target's recent blocks are recent_scaled * recent_scale_, so a
   // decay step is one multiplication, not one per target.
   double recent_scale_ = 1.0;

@@ -528,6 +528,24 @@ TEST(LoadStateTest, TimedPrefillKeepsItsFloorUntilConfirmed) {
   EXPECT_DOUBLE_EQ(load.RemainingPrefillBlocks(0, 5000 * kMs), 0);
 }
 
+// AnyActiveFirst: whether a live guard's chain starts with the block, on any target;
+// a guard of a removed target counts until it is released.
+TEST(LoadStateTest, AnyActiveFirstCountsLiveGuardsByTheirFirstBlock) {
+  LoadState load;
+  EXPECT_FALSE(load.AnyActiveFirst(kPrefix[0]));
+  auto a = load.AddActive(0, kPrefix);
+  auto b = load.AddActive(1, kPrefix);
+  auto c = load.AddActive(1, {}, 4);  // no chain: not counted
+  EXPECT_TRUE(load.AnyActiveFirst(kPrefix[0]));
+  EXPECT_FALSE(load.AnyActiveFirst(kPrefix[1]));  // only first blocks
+  a.Release();
+  EXPECT_TRUE(load.AnyActiveFirst(kPrefix[0]));
+  load.RemoveTarget(1);
+  EXPECT_TRUE(load.AnyActiveFirst(kPrefix[0]));
+  b.Release();
+  EXPECT_FALSE(load.AnyActiveFirst(kPrefix[0]));
+}
+
 // The rate is learned from completions with a time (PrefillDone(now), or Settle(now)
 // finding the last block): an EWMA of (blocks, ns since the last completion or the
 // dispatch), with the seed as a 50 ms prior. The next request in the queue starts at

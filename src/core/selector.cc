@@ -334,6 +334,17 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
 
   MatchCandidates(input, candidates, k.use_tokens);
   if (k.inflight_on) k.inflight_on = InflightShareGate(input, n);
+  if (k.inflight_on) {
+    // No in-flight request anywhere starts with the prompt's first block: no candidate
+    // has an in-flight run, and the pruned pick's bounds stay those without the credit.
+    // (One block size: the usual fleet; else each candidate asks InflightRun.)
+    const bool one_size = std::all_of(block_sizes_.begin(), block_sizes_.end(),
+                                      [&](uint32_t b) { return b == block_sizes_[0]; });
+    const std::vector<BlockHash>& chain = ChainFor(input, block_sizes_[0]);
+    if (one_size && (chain.empty() || !load_.AnyActiveFirst(chain.front()))) {
+      k.inflight_on = false;
+    }
+  }
 
   // The pruned pick reads the load terms of the candidates it scores only.
   const bool pruned = !input.exact_costs;
