@@ -27,10 +27,7 @@ PEERS = ["dynamo", "lmetric", "llm-d", "sglang", "round-robin"]
 
 
 def run(name, load, seed, flags):
-    args = ps.workload_args(name) + ps.rate_args(name, load)
-    if seed != 1:
-        args += (["--seed", str(seed)] if name in ps.SYNTHETIC
-                 else ["--offset", str((seed - 1) * int(ps.LIMIT))])
+    args = ps.workload_args(name) + ps.rate_args(name, load) + vc.seed_args(name, seed)
     tag = "_".join(f.strip("-") for f in flags) or "default"
     path = os.path.join(OUT, f"{name}_{load}_s{seed}_{tag}.json"[:200])
     if not os.path.exists(path):

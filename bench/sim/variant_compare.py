@@ -35,13 +35,19 @@ ALL = ([f"{w}@{l}" for w in ("trace8", "trace16", "dominant", "many", "none", "b
         for l in (50, 70, 90, 95)] + ["pd@70", "pd@90"])
 
 
+def seed_args(name, seed):
+    """A synthetic workload's --seed; the trace and PD cells' slice `seed` of the trace
+    (requests (seed-1)*LIMIT on, --offset). Seed 1: nothing."""
+    if seed == 1:
+        return []
+    if name in ps.SYNTHETIC:
+        return ["--seed", str(seed)]
+    return ["--offset", str((seed - 1) * int(ps.LIMIT))]
+
+
 def run_cell(name, load, flags, seed):
-    args = ps.workload_args(name) + ps.rate_args(name, load) + ["--policies", "kv-aware",
-                                                                 "--jobs", "1"]
-    if seed != 1 and name in ps.SYNTHETIC:
-        args += ["--seed", str(seed)]
-    elif seed != 1:  # the trace and PD: slice `seed` of the trace (requests (seed-1)*LIMIT on)
-        args += ["--offset", str((seed - 1) * int(ps.LIMIT))]
+    args = (ps.workload_args(name) + ps.rate_args(name, load) +
+            ["--policies", "kv-aware", "--jobs", "1"] + seed_args(name, seed))
     tag = "_".join(f.strip("-") for f in flags) or "default"
     path = os.path.join(OUT, f"{name}_{load}_s{seed}_{tag}.json"[:200])
     if not os.path.exists(path):
