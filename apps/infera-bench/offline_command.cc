@@ -454,11 +454,19 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
                  "compute fewer uncached tokens (0 = always disaggregate)");
   app.add_option("--admission-queue", f.admission_queue,
                  "admission queue variants run against every kv-aware policy (the peers run "
-                 "without): comma list of off | on (doc/admission.md)")
+                 "without): comma list of auto | off | on (auto, the router's default: on, "
+                 "labelled as the policy alone; doc/admission.md)")
       ->capture_default_str();
   app.add_option("--queue-threshold-blocks", f.queue_threshold_blocks,
                  "admission queue: hold arrivals while every engine's load is at least this "
                  "(blocks of prefill work)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--queue-join-blocks", f.queue_join_blocks,
+                 "admission queue: past this load a cold prompt that requests in flight "
+                 "would make half cached waits for them, and a prompt half cached somewhere "
+                 "binds at once (blocks of prefill work; 0 = off; doc/admission.md \"Hold "
+                 "rule\")")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--queue-max", f.queue_max, "admission queue: waiting requests (more: 429)")
@@ -528,8 +536,9 @@ int RunOffline(const OfflineFlags& flags) {
   std::vector<std::string> queue_variants;
   for (const std::string& v :
        std::vector<std::string>(absl::StrSplit(flags.admission_queue, ',', absl::SkipEmpty()))) {
-    if (v != "off" && v != "on") {
-      std::fprintf(stderr, "infera-bench: --admission-queue: '%s' (want off or on)\n", v.c_str());
+    if (v != "off" && v != "on" && v != "auto") {
+      std::fprintf(stderr, "infera-bench: --admission-queue: '%s' (want auto, off or on)\n",
+                   v.c_str());
       return 2;
     }
     queue_variants.push_back(v);
@@ -538,16 +547,18 @@ int RunOffline(const OfflineFlags& flags) {
   struct Run {
     size_t spec = 0, variant = 0;
     bool queue = false;
+    bool labelled = false;  // "+queue" in the label: asked for by name (on)
   };
   std::vector<Run> plan;
   for (size_t k = 0; k < specs->size(); ++k) {
     for (size_t v = 0; v < variants->size(); ++v) {
       bool off_done = false;
       for (const std::string& q : queue_variants) {
-        const bool on = q == "on" && (*specs)[k].name == "kv-aware";
+        const bool on = q != "off" && (*specs)[k].name == "kv-aware";
         if (!on && off_done) continue;
         off_done = off_done || !on;
-        plan.push_back({k, v, on});
+        // auto is unlabelled (the default) unless it runs beside another variant.
+        plan.push_back({k, v, on, on && (q == "on" || queue_variants.size() > 1)});
       }
     }
   }
@@ -576,6 +587,7 @@ int RunOffline(const OfflineFlags& flags) {
     sim::OfflineConfig config;
     config.admission_queue = run.queue;
     config.queue_threshold_blocks = flags.queue_threshold_blocks;
+    config.queue_join_blocks = flags.queue_join_blocks;
     config.queue.max_queued = flags.queue_max;
     config.queue.max_wait_ns = static_cast<int64_t>(flags.queue_max_wait_s * 1e9);
     config.decode_demand = variant.mode;
@@ -629,7 +641,7 @@ int RunOffline(const OfflineFlags& flags) {
       label += weights;
     }
     label += variant.label;
-    if (run.queue) label += "+queue";
+    if (run.labelled) label += "+queue";
     s = SummarizeRun(label, spec.name == "kv-aware" ? spec.overlap_weight : 0,
                      Records(result, first), engines - first, 0, 0);
     if (pd) {

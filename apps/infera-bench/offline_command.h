@@ -52,9 +52,10 @@ struct OfflineFlags {
   // off | shadow[:W] | on[:W] (W: the request-count weight).
   std::string decode_input_demand = "off";
   // Admission queue variants run against every kv-aware policy (peers: off only):
-  // comma list of off | on (doc/admission.md).
-  std::string admission_queue = "off";
+  // comma list of auto | off | on (doc/admission.md; auto = on, unlabelled).
+  std::string admission_queue = "auto";
   double queue_threshold_blocks = 1024;
+  double queue_join_blocks = 300;  // --queue-join-blocks (0: off)
   size_t queue_max = 1024;
   double queue_max_wait_s = 30;
   sim::KvTransferModel kv_transfer;

@@ -267,8 +267,9 @@ void Selector::MatchCandidates(const RoutingInput& input, std::span<const Target
                                bool use_tokens) {
   const size_t n = candidates.size();
   matches_.resize(n);
-  if (std::all_of(block_sizes_.begin(), block_sizes_.end(),
-                  [&](uint32_t b) { return b == block_sizes_[0]; })) {
+  one_block_size_ = std::all_of(block_sizes_.begin(), block_sizes_.end(),
+                                [&](uint32_t b) { return b == block_sizes_[0]; });
+  if (one_block_size_) {
     // One block size (the usual fleet): one group, no per-candidate scratch.
     uint32_t blocks;
     if (use_tokens) {
@@ -338,10 +339,8 @@ PickResult Selector::PickKvAware(const RoutingInput& input, std::span<const Targ
     // No in-flight request anywhere starts with the prompt's first block: no candidate
     // has an in-flight run, and the pruned pick's bounds stay those without the credit.
     // (One block size: the usual fleet; else each candidate asks InflightRun.)
-    const bool one_size = std::all_of(block_sizes_.begin(), block_sizes_.end(),
-                                      [&](uint32_t b) { return b == block_sizes_[0]; });
     const std::vector<BlockHash>& chain = ChainFor(input, block_sizes_[0]);
-    if (one_size && (chain.empty() || !load_.AnyActiveFirst(chain.front()))) {
+    if (one_block_size_ && (chain.empty() || !load_.AnyActiveFirst(chain.front()))) {
       k.inflight_on = false;
     }
   }
@@ -442,6 +441,15 @@ bool Selector::Replaces(const Scored& s, const Scored& best) {
   const bool tie = !Less(s.cost, best.cost) && !Less(best.cost, s.cost);
   return Less(s.cost, best.cost) ||
          (tie && (Less(s.load, best.load) || (!Less(best.load, s.load) && s.active < best.active)));
+}
+
+bool Selector::ShareUnderGate(BlockHash first, size_t candidates) const {
+  const size_t window = config_.inflight_share_window;
+  if (window == 0) return true;
+  if (recent_first_.size() < window) return false;  // no share measured yet
+  auto it = recent_count_.find(first);
+  const size_t count = (it == recent_count_.end() ? 0 : it->second) + 1;  // with this one
+  return count * candidates <= window;
 }
 
 bool Selector::InflightShareGate(const RoutingInput& input, size_t candidates) {
@@ -615,6 +623,63 @@ double Selector::MinLoad(std::span<const TargetId> candidates) {
                               load_.RemotePendingPrefillBlocks(t));
   }
   return candidates.empty() ? 0.0 : best;
+}
+
+bool Selector::AnyBelow(std::span<const TargetId> candidates, double threshold) {
+  now_ns_ = Now();
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    Settle(candidates.subspan(i, 1), /*from_views=*/config_.policy != Policy::kDynamo,
+           /*decay=*/false);
+    const TargetId t = candidates[i];
+    if (load_.RemainingPrefillBlocks(t, now_ns_) + load_.RemotePendingPrefillBlocks(t) <
+        threshold) {
+      return true;
+    }
+  }
+  return false;
+}
+
+Selector::Hold Selector::AdviseHold(const RoutingInput& input,
+                                    std::span<const TargetId> candidates, double threshold,
+                                    double join_threshold, bool others_waiting) {
+  if (candidates.empty()) return Hold::kOffer;
+  const bool joinable = join_threshold > 0 && input.tokens.has_value() && input.image_keys.empty();
+  // The usual case, a candidate under both thresholds and nobody waiting: the scan stops
+  // at the first such candidate (O(1) at light load, whatever the pool's size).
+  const bool under_join = joinable && AnyBelow(candidates, std::min(join_threshold, threshold));
+  if (under_join && !others_waiting) return Hold::kOffer;
+  if (!under_join && !AnyBelow(candidates, threshold)) return Hold::kWait;
+  if (!joinable) return Hold::kOffer;
+  block_sizes_.resize(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    block_sizes_[i] = static_cast<uint32_t>(index_.BlockSize(candidates[i]));
+    if (block_sizes_[i] == 0) return Hold::kOffer;  // not live: the pick will say so
+  }
+  chains_used_ = 0;
+  MatchCandidates(input, candidates, /*use_tokens=*/true);
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (request_blocks_[i] > 0 && 2 * matches_[i].device_hits >= request_blocks_[i]) {
+      return Hold::kBypass;
+    }
+  }
+  if (under_join) return Hold::kOffer;
+  // Waiting pays when it can make the prompt half cached: some candidate's cached run
+  // plus the blocks requests in flight there are computing past it reach half the prompt
+  // (a shared first block alone, e.g. a system prompt everyone has, is not enough).
+  const std::vector<BlockHash>& first = ChainFor(input, block_sizes_[0]);
+  if (first.empty() || !load_.AnyActiveFirst(first.front())) return Hold::kOffer;
+  // A prompt that is much of the traffic needs many homes, not one copy to join (the
+  // in-flight credit's share gate): holding its duplicates behind its first copy would
+  // keep it on one engine.
+  if (!ShareUnderGate(first.front(), candidates.size())) return Hold::kOffer;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const std::vector<BlockHash>& chain = one_block_size_ ? first : ChainFor(input, block_sizes_[i]);
+    const size_t hits = matches_[i].device_hits;
+    if (2 * (hits + load_.ActiveRun(candidates[i], chain, hits)) >= request_blocks_[i]) {
+      return Hold::kWait;
+    }
+  }
+  return Hold::kOffer;
 }
 
 void Selector::RemoveTarget(TargetId target) {

@@ -60,6 +60,7 @@
 //   ... proxy to pick->picked; pick->guard releases the active blocks at scope exit.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -261,6 +262,31 @@ class Selector {
   // live in the index.
   double MinLoad(std::span<const TargetId> candidates);
 
+  // The admission queue's advice for one arriving request (doc/admission.md "Hold
+  // rule"). `threshold`: past it (MinLoad >= threshold) every request is held, as
+  // before; `join_threshold` (0: off): past it a request whose prompt is cold (no
+  // candidate holds half its blocks) while requests in flight compute enough of it to
+  // make it half cached on some candidate (its cached run plus the in-flight run past
+  // it) is held too, so that it binds once those blocks are cached instead of
+  // computing them again now; a prompt at least half cached on some candidate binds at
+  // once even when others wait (waiting cannot make it cheaper), unless past
+  // `threshold`. `others_waiting`: requests already wait in the pool (kOffer then
+  // queues behind them). The match runs only when the join hold could apply.
+  enum class Hold {
+    kOffer,   // AdmissionQueue::Offer(must_wait = false): binds now unless others wait
+    kWait,    // Offer(must_wait = true)
+    kBypass,  // binds now, not offered
+  };
+  Hold AdviseHold(const RoutingInput& input, std::span<const TargetId> candidates,
+                  double threshold, double join_threshold, bool others_waiting);
+  // Whether some candidate's pending prefill (as MinLoad counts it) is under
+  // `threshold`; settles the candidates it reads and stops at the first one under it.
+  bool AnyBelow(std::span<const TargetId> candidates, double threshold);
+  // The least pending prefill under which held requests are released.
+  static double ReleaseBelow(double threshold, double join_threshold) {
+    return join_threshold > 0 ? std::min(threshold, join_threshold) : threshold;
+  }
+
   // Drops the target's load, affinity and rotation state. Call it when the target
   // leaves the index (its id may be reused).
   void RemoveTarget(TargetId target);
@@ -316,6 +342,9 @@ class Selector {
   size_t PickLeastLoad(const RoutingInput& input, std::span<const TargetId> candidates);
   // The share gate (PolicyConfig::inflight_share_window): records the pick's first block
   // in the window; whether its count there × `candidates` is at most the window.
+  // InflightShareGate's condition for a prompt starting with `first`, read only (as if
+  // this request were recorded): its share of the recent picks is at most 1/candidates.
+  bool ShareUnderGate(BlockHash first, size_t candidates) const;
   bool InflightShareGate(const RoutingInput& input, size_t candidates);
   // --kv-inflight-credit: the blocks of the request's chain after `view_hits` that t's
   // in-flight requests hold, in a row, when 1 ≤ holders of its first block < the limit;
@@ -366,6 +395,7 @@ class Selector {
   size_t chains_used_ = 0;
   // Per-pick scratch of the kv-aware policy, by candidate position.
   std::vector<uint32_t> block_sizes_;    // by candidate position (Pick)
+  bool one_block_size_ = true;           // every candidate's block size is the first's (MatchCandidates)
   std::vector<LoadState::Terms> terms_;  // kv-aware: by candidate position (Settle)
   std::vector<MatchCounts> matches_;
   std::vector<uint32_t> request_blocks_;

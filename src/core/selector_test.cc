@@ -764,6 +764,72 @@ TEST_F(SelectorTest, InflightCreditSendsADuplicateToTheEngineComputingIt) {
   }
 }
 
+// The admission queue's hold rule (doc/admission.md "Hold rule"), thresholds 100 and
+// join 8: W0 computing the 10-block prompt (10 blocks pending), W1 a 9-block prefill of
+// its own. The least pending prefill (9) is past the join threshold, under the other.
+// Held: a cold prompt that what W0 computes would make half cached, once the share
+// gate has a window of picks (default 32) in which the prompt is a small share.
+TEST_F(SelectorTest, AdviseHoldJoinsAColdPromptAnotherRequestIsComputing) {
+  using Hold = Selector::Hold;
+  Selector& s = Make(PolicyConfig{});
+  const TargetId cands[] = {w0_, w1_};
+  EXPECT_EQ(s.AdviseHold(Input(), cands, 100, 8, false), Hold::kOffer);  // idle fleet
+  // 32 picks of other prompts fill the share window (each released at once).
+  std::vector<std::vector<TokenId>> others;
+  for (int k = 0; k < 32; ++k) others.push_back(OtherTokens(10, 20000 + 100 * k));
+  auto pick_each = [&](const std::vector<TokenId>& tokens) {
+    RoutingInput in = Input();
+    in.tokens = std::span<const TokenId>(tokens);
+    auto p = s.Pick(in, cands);
+    ASSERT_TRUE(p.ok());
+    p->guard.Release();
+  };
+  auto computing = s.load().AddActive(w0_, chain_, 0, {.blocks = 10, .last_block = chain_.back()});
+  Prefilling(s, w1_, 9);
+  EXPECT_DOUBLE_EQ(s.MinLoad(cands), 9.0);
+  // Before the window is full no share is measured: never held.
+  EXPECT_EQ(s.AdviseHold(Input(), cands, 100, 8, false), Hold::kOffer);
+  for (const auto& t : others) pick_each(t);
+  // Cold everywhere, W0 computing it: held (it binds once W0 has it).
+  EXPECT_EQ(s.AdviseHold(Input(), cands, 100, 8, false), Hold::kWait);
+  // A cold prompt nobody computes: waiting would not make it cheaper.
+  const std::vector<TokenId> other = OtherTokens(10, 5000);
+  RoutingInput cold = Input();
+  cold.tokens = std::span<const TokenId>(other);
+  EXPECT_EQ(s.AdviseHold(cold, cands, 100, 8, false), Hold::kOffer);
+  // Nor one that shares only its first block with the copy in flight (a system prompt
+  // every request has): no copy would make it half cached.
+  std::vector<TokenId> same_start = OtherTokens(10, 7000);
+  std::copy(tokens_.begin(), tokens_.begin() + kBlock, same_start.begin());
+  RoutingInput shared_first = Input();
+  shared_first.tokens = std::span<const TokenId>(same_start);
+  EXPECT_EQ(s.AdviseHold(shared_first, cands, 100, 8, false), Hold::kOffer);
+  // The join hold off (0): only the first threshold holds, as before it existed.
+  EXPECT_EQ(s.AdviseHold(Input(), cands, 100, 0, false), Hold::kOffer);
+  EXPECT_EQ(s.AdviseHold(Input(), cands, 9, 0, false), Hold::kWait);
+  EXPECT_EQ(s.AdviseHold(Input(), cands, 10, 0, false), Hold::kOffer);
+  // A prompt that became half the recent picks (16 of 32 with 2 candidates: 17 x 2 > 32
+  // with this one) needs homes, not a copy to join: offered again.
+  for (int k = 0; k < 15; ++k) pick_each(tokens_);
+  EXPECT_EQ(s.AdviseHold(Input(), cands, 100, 8, false), Hold::kWait);  // 16 x 2 <= 32
+  pick_each(tokens_);
+  EXPECT_EQ(s.AdviseHold(Input(), cands, 100, 8, false), Hold::kOffer);
+  // Half the prompt cached on W1: it binds now, past requests that wait...
+  index_.InsertRouterHashes(w1_, std::span(chain_).first(5), Tier::kDevice);
+  EXPECT_EQ(s.AdviseHold(Input(), cands, 100, 8, true), Hold::kBypass);
+  EXPECT_EQ(s.AdviseHold(Input(), cands, 100, 8, false), Hold::kBypass);
+  // ...but not past the first threshold (every request waits there).
+  EXPECT_EQ(s.AdviseHold(Input(), cands, 9, 8, false), Hold::kWait);
+  // Under the join threshold with others waiting: the cold prompt is offered (it
+  // queues behind them); the cached one still passes.
+  EXPECT_EQ(s.AdviseHold(cold, cands, 100, 20, true), Hold::kOffer);
+  EXPECT_EQ(s.AdviseHold(Input(), cands, 100, 20, true), Hold::kBypass);
+  // Held requests are released under the lower of the two thresholds.
+  EXPECT_DOUBLE_EQ(Selector::ReleaseBelow(1024, 300), 300.0);
+  EXPECT_DOUBLE_EQ(Selector::ReleaseBelow(1024, 0), 1024.0);
+  EXPECT_DOUBLE_EQ(Selector::ReleaseBelow(100, 300), 100.0);
+}
+
 // The share gate (--kv-inflight-share-window, 4 here, 2 candidates): the credit holds
 // while the prompt's first block is at most 4 / 2 = 2 of the last 4 picks. The setting
 // of the test above (W0 computing the prompt, 10 blocks; W1 a 4-block prefill of its

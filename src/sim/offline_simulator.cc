@@ -297,8 +297,20 @@ class Simulation {
     r.prompt_tokens = w.prompt_tokens;
     if (queue_) {
       ExpireQueued(t);
-      const bool must_wait = selector_.MinLoad(candidates_) >= config_.queue_threshold_blocks;
-      switch (queue_->Offer(i, std::to_string(w.session), 0, t, must_wait)) {
+      core::RoutingInput input;
+      std::vector<core::TokenId> tokens;
+      if (config_.queue_join_blocks > 0) {
+        workload_.Materialize(w, tokens);
+        input.role = core::Role::kMixed;
+        input.tokens = std::span<const core::TokenId>(tokens);
+        input.image_keys = w.image_keys;
+      }
+      const core::Selector::Hold hold =
+          selector_.AdviseHold(input, candidates_, config_.queue_threshold_blocks,
+                               config_.queue_join_blocks, !queue_->empty());
+      if (hold == core::Selector::Hold::kBypass) return Bind(i, t);
+      switch (queue_->Offer(i, std::to_string(w.session), 0, t,
+                            hold == core::Selector::Hold::kWait)) {
         case core::Admission::kBindNow:
           break;
         case core::Admission::kQueued:
@@ -319,12 +331,14 @@ class Simulation {
     }
   }
 
-  // Binds held requests while some engine's load is under the threshold (late binding:
-  // the pick sees the load of now, not of the arrival).
+  // Binds held requests while some engine's load is under the release threshold (late
+  // binding: the pick sees the load of now, not of the arrival).
   void Drain(int64_t t) {
     if (!queue_ || queue_->empty()) return;
     ExpireQueued(t);
-    while (!queue_->empty() && selector_.MinLoad(candidates_) < config_.queue_threshold_blocks) {
+    const double below =
+        core::Selector::ReleaseBelow(config_.queue_threshold_blocks, config_.queue_join_blocks);
+    while (!queue_->empty() && selector_.MinLoad(candidates_) < below) {
       const uint64_t i = *queue_->PopNext(t);
       result_.requests[i].queue_ns = t - result_.requests[i].arrival_ns;
       Bind(i, t);

@@ -71,8 +71,13 @@ struct OfflineConfig {
   // arrival is held while every engine's load (Selector::MinLoad) is at least
   // `queue_threshold_blocks`, and bound when one drops below it (after each step and
   // each KV-event delivery). Tenant = the workload request's session; priority 0.
+  // `queue_join_blocks` (0: off; the router's --queue-join-blocks): past it a cold
+  // prompt that requests in flight would make half cached is held too, and a prompt
+  // half cached somewhere binds at once (Selector::AdviseHold, doc/admission.md "Hold
+  // rule").
   bool admission_queue = false;
   double queue_threshold_blocks = 1024;
+  double queue_join_blocks = 0;
   core::QueueConfig queue;
 
   bool pd_fleet() const { return prefill_engines > 0 && decode_engines > 0; }

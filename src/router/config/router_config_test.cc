@@ -172,21 +172,35 @@ TEST(RouterConfigTest, EachStepNamesWhatIsWrong) {
 }
 
 TEST(RouterConfigTest, AdmissionQueueFlags) {
-  auto off = Configure({});
-  ASSERT_TRUE(off->status.ok()) << off->status;
-  const AdmissionOptions& d = off->flags->options.admission;
-  EXPECT_FALSE(d.enabled);
+  // The default, auto: on for kv-aware (the default policy), its mixed pools only.
+  auto def = Configure({});
+  ASSERT_TRUE(def->status.ok()) << def->status;
+  const AdmissionOptions& d = def->flags->options.admission;
+  EXPECT_TRUE(d.enabled);
+  EXPECT_FALSE(d.pd_pools);
   EXPECT_EQ(d.threshold_blocks, 1024);
+  EXPECT_EQ(d.join_blocks, 300);
   EXPECT_EQ(d.queue.max_queued, 1024u);
   EXPECT_EQ(d.queue.max_wait_ns, 30'000'000'000);
+  // auto with a policy the queue was not measured with: off.
+  for (const char* policy : {"least-load", "round-robin", "dynamo"}) {
+    auto other = Configure({"--router-policy", policy});
+    ASSERT_TRUE(other->status.ok()) << other->status;
+    EXPECT_FALSE(other->flags->options.admission.enabled) << policy;
+  }
+  auto off = Configure({"--admission-queue", "off"});
+  ASSERT_TRUE(off->status.ok()) << off->status;
+  EXPECT_FALSE(off->flags->options.admission.enabled);
 
   auto on = Configure({"--admission-queue", "on", "--router-policy", "least-load",
                        "--queue-threshold-blocks", "64", "--queue-max", "8", "--queue-max-wait-s",
-                       "2.5"});
+                       "2.5", "--queue-join-blocks", "0"});
   ASSERT_TRUE(on->status.ok()) << on->status;
   const AdmissionOptions& o = on->flags->options.admission;
   EXPECT_TRUE(o.enabled);
+  EXPECT_TRUE(o.pd_pools);
   EXPECT_EQ(o.threshold_blocks, 64);
+  EXPECT_EQ(o.join_blocks, 0);
   EXPECT_EQ(o.queue.max_queued, 8u);
   EXPECT_EQ(o.queue.max_wait_ns, 2'500'000'000);
 
@@ -194,8 +208,9 @@ TEST(RouterConfigTest, AdmissionQueueFlags) {
   const std::string rr = ErrorOf({"--admission-queue", "on", "--router-policy", "round-robin"});
   EXPECT_NE(rr.find("--admission-queue"), std::string::npos) << rr;
   EXPECT_NE(rr.find("round-robin"), std::string::npos) << rr;
-  EXPECT_EQ(ErrorOf({"--router-policy", "round-robin"}), "(ok)");  // off: any policy
-  EXPECT_NE(ErrorOf({"--admission-queue", "yes"}).find("off or on"), std::string::npos);
+  EXPECT_EQ(ErrorOf({"--router-policy", "round-robin"}), "(ok)");  // auto: any policy
+  EXPECT_NE(ErrorOf({"--admission-queue", "yes"}).find("auto, on or off"), std::string::npos);
+  EXPECT_NE(ErrorOf({"--queue-join-blocks", "-1"}).find("--queue-join-blocks"), std::string::npos);
   EXPECT_NE(ErrorOf({"--queue-max", "0"}).find("--queue-max"), std::string::npos);
   EXPECT_NE(ErrorOf({"--queue-max-wait-s", "-1"}).find("--queue-max-wait-s"), std::string::npos);
   EXPECT_NE(ErrorOf({"--queue-threshold-blocks", "nan"}).find("--queue-threshold-blocks"),

@@ -67,7 +67,7 @@ struct RouterFlags {
   std::string router_backend;
   std::string admin_token, admin_token_file;
   bool protect_metrics = false;
-  std::string admission_queue = "off";
+  std::string admission_queue = "auto";
   size_t queue_max = core::QueueConfig{}.max_queued;
   double queue_max_wait_s = static_cast<double>(core::QueueConfig{}.max_wait_ns) / 1e9;
 

@@ -59,7 +59,16 @@ http::Awaitable<void> AdmissionDispatcher::Dispatch(RequestContext& ctx,
   }
   const std::string tenant =
       AdmissionTenant(HeaderOf(headers, kTenantHeader), HeaderOf(headers, "Authorization"));
-  const PickPlanner::PoolLoad pool = planner_.AdmissionPool(ctx.api.model, *workers_.Snapshot());
+  const std::shared_ptr<const Fleet> fleet = workers_.Snapshot();
+  const std::string key = PickPlanner::AdmissionKey(ctx.api.model, *fleet);
+  if (!options_.pd_pools && key.ends_with("|prefill")) co_return co_await inner_.Dispatch(ctx, w);
+  const core::Selector::Hold hold =
+      planner_.AdviseHold(ctx, *fleet, options_.threshold_blocks, options_.join_blocks,
+                          gate_.Depth(key) > 0);
+  if (hold == core::Selector::Hold::kBypass) {  // half cached: waiting cannot make it cheaper
+    metrics_.CountAdmitted(/*queued=*/false);
+    co_return co_await inner_.Dispatch(ctx, w);
+  }
   auto waiter = std::make_shared<Waiter>(co_await asio::this_coro::executor);
   const int64_t offered_ns = clock_.NowNs();
   uint64_t id = 0;
@@ -67,24 +76,24 @@ http::Awaitable<void> AdmissionDispatcher::Dispatch(RequestContext& ctx,
   {
     absl::MutexLock lock(&mu_);
     id = next_id_++;
-    admission = gate_.Offer(pool.key, id, tenant, *priority, offered_ns,
-                            pool.min_load >= options_.threshold_blocks);
+    admission = gate_.Offer(key, id, tenant, *priority, offered_ns,
+                            hold == core::Selector::Hold::kWait);
     if (admission == core::Admission::kQueued) {
       waiters_.emplace(id, waiter);
-      models_[pool.key] = ctx.api.model;
+      models_[key] = ctx.api.model;
     }
   }
   if (admission == core::Admission::kRejected) {
     metrics_.CountRejected(/*timeout=*/false);
-    co_return co_await Reject(ctx, w, pool.key, /*timeout=*/false);
+    co_return co_await Reject(ctx, w, key, /*timeout=*/false);
   }
   metrics_.CountAdmitted(admission == core::Admission::kQueued);
   if (admission == core::Admission::kBindNow) co_return co_await inner_.Dispatch(ctx, w);
 
-  const Verdict verdict = co_await Wait(ctx, *waiter, id, pool.key);
+  const Verdict verdict = co_await Wait(ctx, *waiter, id, key);
   if (verdict == Verdict::kExpired) {
     metrics_.CountRejected(/*timeout=*/true);
-    co_return co_await Reject(ctx, w, pool.key, /*timeout=*/true);
+    co_return co_await Reject(ctx, w, key, /*timeout=*/true);
   }
   if (verdict == Verdict::kWaiting) {  // it left the queue: the client, or its timeout
     if (ctx.cancel->cancelled() || w.client_gone()) {
@@ -98,7 +107,7 @@ http::Awaitable<void> AdmissionDispatcher::Dispatch(RequestContext& ctx,
   }
   metrics_.ObserveWait(static_cast<double>(clock_.NowNs() - offered_ns) * 1e-9);
   auto planned = std::make_shared<std::atomic<bool>>(false);
-  ctx.on_planned = [this, key = pool.key, planned] {
+  ctx.on_planned = [this, key = key, planned] {
     if (!planned->exchange(true)) Planned(key);
   };
   PlannedOnExit on_exit{ctx};
@@ -161,7 +170,8 @@ void AdmissionDispatcher::Drain(const std::string& key) {
   bool asked = false;  // serial binding: at most one release per drain
   const std::vector<uint64_t> released = gate_.Drain(key, clock_.NowNs(), [&] {
     if (std::exchange(asked, true)) return true;
-    return planner_.AdmissionPool(model->second, *fleet).min_load >= options_.threshold_blocks;
+    return planner_.AdmissionPool(model->second, *fleet).min_load >=
+           core::Selector::ReleaseBelow(options_.threshold_blocks, options_.join_blocks);
   });
   for (uint64_t id : released) {
     if (waiters_.contains(id)) ++binding_[key];

@@ -1,9 +1,12 @@
 // AdmissionDispatcher: the router's admission queue with late binding, in front of the
 // Dispatcher (doc/admission.md "Router wiring", items 2-8).
 //
-// Each request, before its first plan: its pool (PickPlanner::AdmissionPool) and
-// AdmissionGate::Offer with must_wait = the pool's least pending prefill >= the
-// threshold (--queue-threshold-blocks).
+// Each request, before its first plan: its pool (PickPlanner::AdmissionKey) and the
+// advice of core::Selector::AdviseHold (PickPlanner::AdviseHold): kBypass (its prompt is
+// half cached on a candidate, with --queue-join-blocks on) dispatches at once, past
+// any waiting request; otherwise AdmissionGate::Offer with must_wait = kWait (the
+// pool's least pending prefill >= --queue-threshold-blocks, or >= --queue-join-blocks
+// for a cold prompt that requests in flight would make half cached).
 //   kBindNow: the dispatcher plans it as it would without a queue;
 //   kRejected: 429 queue_full with Retry-After, in the API's shape;
 //   kQueued: the request's coroutine waits for a one-shot signal (a steady timer on its
@@ -12,10 +15,10 @@
 //     --queue-max-wait-s): 429 queue_timeout; the client went away: Cancel, 499
 //     (nothing else is held for a waiting request); the request timeout: 504.
 // Drain (a pool's waiting requests are released while its least load is under the
-// threshold): after every guard's PrefillDone and Release (PickPlanner's
-// on_load_lowered), after a bound request's first plan, and on a 10 ms timer that also
-// runs Expire (KV events settle the views at the next MinLoad, so the timer covers
-// them). Binding is serial: a pool releases its next request only after the one before
+// lower of the two thresholds, Selector::ReleaseBelow): after every guard's PrefillDone
+// and Release (PickPlanner's on_load_lowered), after a bound request's first plan,
+// and on a 10 ms timer that also runs Expire (KV events settle the views at the next
+// MinLoad, so the timer covers them). Binding is serial: a pool releases its next request only after the one before
 // has been planned (its load booked), so a burst is spread by fresh load.
 //
 // Lock order: mu_, then the gate's mutex, then the pick mutex; never called with the
@@ -48,6 +51,11 @@ struct AdmissionOptions {
   // Held while the least loaded candidate has this many blocks of prefill pending (the
   // simulator's default, OfflineConfig::queue_threshold_blocks).
   double threshold_blocks = 1024;
+  // --queue-join-blocks (0: off): the join hold's threshold (core::Selector::AdviseHold).
+  double join_blocks = 300;
+  // A PD fleet's prefill pool is queued too (--admission-queue on; auto queues the
+  // mixed pools only: the simulator measured those).
+  bool pd_pools = true;
   core::QueueConfig queue;
 };
 

@@ -157,6 +157,12 @@ class PickPlanner {
     double min_load = 0;
   };
   PoolLoad AdmissionPool(const std::string& model, const Fleet& fleet) ABSL_LOCKS_EXCLUDED(mu_);
+  // The pool key alone (no lock): AdmissionPool(model, fleet).key.
+  static std::string AdmissionKey(const std::string& model, const Fleet& fleet);
+  // The admission queue's advice for the request (core::Selector::AdviseHold over its
+  // pool's candidates: `threshold`, `join_blocks`, whether others wait in the pool).
+  core::Selector::Hold AdviseHold(const RequestContext& ctx, const Fleet& fleet, double threshold,
+                                  double join_blocks, bool others_waiting) ABSL_LOCKS_EXCLUDED(mu_);
   // --route-receipt: every plan sets ctx.route_receipt (the X-Infera-Route value).
   // Set it once, before the first plan. Receipts go to the fleet view either way.
   void set_route_receipt(bool on) { route_receipt_ = on; }
@@ -179,6 +185,10 @@ class PickPlanner {
   // owns_ and untrusted_; sets ctx.hash_keys.adapter. Notes in `history` what the
   // fleet has. When every worker is admitted the spans are the cache entry's own lists
   // (no per-pick copy of the fleet's targets; valid until the next cache_.Get).
+  // The admission pool's candidates for `model` (cands_, or the prefill candidates in
+  // candidates_ when `pd`).
+  std::span<const core::TargetId> AdmissionCandidates(const std::string& model, const Fleet& fleet,
+                                                      bool pd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void GatherCandidates(RequestContext& ctx, const Fleet& fleet, PlanHistory& history,
                         int64_t now_ns, bool mixed_only) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The selector's input for `ctx` over the gathered candidates; expires approximate

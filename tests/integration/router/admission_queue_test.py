@@ -21,6 +21,12 @@ Cases (--case):
   order   one engine: a bad X-Infera-Priority is 400 in both shapes; five held
           requests (tenants a, a, a, b via X-Infera-Tenant, then priority 5) bind in
           the order priority first, then tenants in turn: p, a1, b1, a2, a3.
+  join    the router's default queue (auto: on for kv-aware; no --admission-queue
+          flag) with --queue-join-blocks 1 and the share gate off (its window needs 32
+          picks first; doc/admission.md "Hold rule"), one engine:
+          while prompt P computes, another prompt binds at once but P's duplicate
+          waits; once the view holds P, a third request of P passes the queue while a
+          duplicate of a new prompt R waits behind R's first copy; all answered 200.
 Usage: admission_queue_test.py --router BIN --engine BIN --case NAME
 """
 import json
@@ -206,6 +212,47 @@ def order():
         poll(lambda: idle(base), "depth 0, nothing in flight")
 
 
+def cached_blocks(base):
+    _, text, _ = http("GET", base + "/v1/admin/fleet")
+    return sum(t["cached_blocks"] for t in json.loads(text)["targets"])
+
+
+def join():
+    with Processes() as procs:
+        # --kv-inflight-share-window 0: the share gate would hold nothing until it has
+        # seen 32 picks (doc/admission.md "Hold rule"); this case has six.
+        _, base = start_router(procs, ARGS.router, engines(procs, 1, 600),
+                               "--queue-join-blocks", "1", "--kv-inflight-share-window", "0")
+        bind_now = lambda: sample(base, "infera_router_queue_admitted_total",  # noqa: E731
+                                  'outcome="bind_now"') or 0
+        results = {}
+        threads = [send(base, "p1", results, payload=body(0))]
+        poll(lambda: bind_now() == 1, "P's first copy is bound")
+        threads.append(send(base, "q", results, payload=body(1)))
+        poll(lambda: bind_now() == 2, "another prompt binds at once (nothing in flight to join)")
+        threads.append(send(base, "p2", results, payload=body(0)))
+        poll(lambda: depth(base) == 1, "P's duplicate waits for its copy in flight")
+        check(queued(base) == 1, "one held")
+        for t in threads:
+            t.join()
+        check(all(results[g][0] == 200 for g in ("p1", "q", "p2")), "P, Q and P again: 200")
+        poll(lambda: idle(base), "depth 0, nothing in flight")
+        poll(lambda: cached_blocks(base) >= 8, "the view holds P and Q")
+        threads = [send(base, "r1", results, payload=body(2))]
+        poll(lambda: bind_now() == 3, "R's first copy is bound")
+        threads.append(send(base, "r2", results, payload=body(2)))
+        poll(lambda: depth(base) == 1, "R's duplicate waits")
+        threads.append(send(base, "p3", results, payload=body(0)))
+        poll(lambda: bind_now() == 4, "P, cached, passes the queue")
+        check(queued(base) == 2, "held so far: P's and R's duplicates")
+        for t in threads:
+            t.join()
+        check(all(results[g][0] == 200 for g in ("r1", "r2", "p3")), "R, R again and P: 200")
+        check(sample(base, "infera_router_queue_wait_seconds_count") == 2,
+              "both released waits observed")
+        poll(lambda: idle(base), "depth 0, nothing in flight, no load left on the worker")
+
+
 if __name__ == "__main__":
-    {"burst": burst, "bound": bound, "cancel": cancel, "order": order}[ARGS.case]()
+    {"burst": burst, "bound": bound, "cancel": cancel, "order": order, "join": join}[ARGS.case]()
     print(f"admission_queue_test {ARGS.case}: PASS")
