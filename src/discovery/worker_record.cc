@@ -88,6 +88,14 @@ absl::StatusOr<std::string> HostPortOfUrl(std::string_view url) {
     return absl::InvalidArgumentError(
         "url must not carry user info (credentials); a worker's url is http://host:port");
   }
+  // A host is visible ASCII: a space or a control byte would end up in addresses the
+  // router derives from it (a prefill worker's default bootstrap host), which reject it.
+  if (std::any_of(host_port.begin(), host_port.end(),
+                  [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; })) {
+    return absl::InvalidArgumentError(
+        Cat("url's host:port must not contain whitespace or control characters, got '", url,
+            "'"));
+  }
   size_t colon = host_port.rfind(':');
   if (host_port.empty() || colon == std::string_view::npos || colon == 0 ||
       colon + 1 == host_port.size()) {

@@ -198,5 +198,20 @@ TEST(WorkerRecordTest, CredentialsInAUrlAreNotEchoed) {
   EXPECT_THAT(std::string(r.status().message()), Not(HasSubstr("admin")));
 }
 
+// Found by discovery_parse_fuzz: a url host with a space parsed, and a prefill
+// worker's default bootstrap host (the url's) then failed its own check on the
+// record's second parse. Whitespace and control bytes in a url's host:port are errors.
+TEST(WorkerRecordTest, RejectsWhitespaceInTheUrlHost) {
+  for (const char* url : {"http://10. .0.5:30000", "http://10.0.0.5 :30000"}) {
+    auto r = ParseWorkerRecord(std::string(R"({"url": ")") + url + R"(", "disagg_mode": "prefill",
+        "disagg_meta": {"protocol": "sglang-bootstrap"}})");
+    ASSERT_FALSE(r.ok()) << url;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("whitespace or control")) << url;
+  }
+  EXPECT_FALSE(HostPortOfUrl("http://a\tb:1").ok());
+  EXPECT_FALSE(HostPortOfUrl("http://a\x7f:1").ok());
+  EXPECT_TRUE(HostPortOfUrl("http://10.0.0.5:30000/v1 x").ok());  // the path is not the host
+}
+
 }  // namespace
 }  // namespace infera::discovery
