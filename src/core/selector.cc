@@ -657,10 +657,12 @@ Selector::Hold Selector::AdviseHold(const RoutingInput& input,
   }
   chains_used_ = 0;
   MatchCandidates(input, candidates, /*use_tokens=*/true);
+  // A candidate that renders the prompt differently is credited nothing (as in the pick).
+  auto hits_on = [&](size_t i) -> size_t {
+    return input.OverlapTrusted(candidates[i]) ? matches_[i].device_hits : 0;
+  };
   for (size_t i = 0; i < candidates.size(); ++i) {
-    if (request_blocks_[i] > 0 && 2 * matches_[i].device_hits >= request_blocks_[i]) {
-      return Hold::kBypass;
-    }
+    if (request_blocks_[i] > 0 && 2 * hits_on(i) >= request_blocks_[i]) return Hold::kBypass;
   }
   if (under_join) return Hold::kOffer;
   // Waiting pays when it can make the prompt half cached: some candidate's cached run
@@ -674,7 +676,8 @@ Selector::Hold Selector::AdviseHold(const RoutingInput& input,
   if (!ShareUnderGate(first.front(), candidates.size())) return Hold::kOffer;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const std::vector<BlockHash>& chain = one_block_size_ ? first : ChainFor(input, block_sizes_[i]);
-    const size_t hits = matches_[i].device_hits;
+    if (!input.OverlapTrusted(candidates[i])) continue;
+    const size_t hits = hits_on(i);
     if (2 * (hits + load_.ActiveRun(candidates[i], chain, hits)) >= request_blocks_[i]) {
       return Hold::kWait;
     }

@@ -818,6 +818,12 @@ TEST_F(SelectorTest, AdviseHoldJoinsAColdPromptAnotherRequestIsComputing) {
   index_.InsertRouterHashes(w1_, std::span(chain_).first(5), Tier::kDevice);
   EXPECT_EQ(s.AdviseHold(Input(), cands, 100, 8, true), Hold::kBypass);
   EXPECT_EQ(s.AdviseHold(Input(), cands, 100, 8, false), Hold::kBypass);
+  // (Not when W1 renders the prompt differently: its blocks are credited nothing, and
+  // the prompt, hot by now, is offered.)
+  const TargetId untrusted[] = {w1_};
+  RoutingInput rendered_apart = Input();
+  rendered_apart.overlap_untrusted = untrusted;
+  EXPECT_EQ(s.AdviseHold(rendered_apart, cands, 100, 8, false), Hold::kOffer);
   // ...but not past the first threshold (every request waits there).
   EXPECT_EQ(s.AdviseHold(Input(), cands, 9, 8, false), Hold::kWait);
   // Under the join threshold with others waiting: the cold prompt is offered (it
