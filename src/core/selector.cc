@@ -172,6 +172,16 @@ Selector::Selector(const PolicyConfig& config, const KvIndex& index, const Clock
   }
 }
 
+std::optional<TargetId> Selector::ReadBlockSizes(std::span<const TargetId> candidates) {
+  block_sizes_.resize(candidates.size());
+  chains_used_ = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    block_sizes_[i] = static_cast<uint32_t>(index_.BlockSize(candidates[i]));
+    if (block_sizes_[i] == 0) return candidates[i];
+  }
+  return std::nullopt;
+}
+
 const std::vector<BlockHash>& Selector::ChainFor(const RoutingInput& input, size_t block_size) {
   for (size_t i = 0; i < chains_used_; ++i) {
     if (chains_[i].first == block_size) return chains_[i].second;
@@ -187,15 +197,9 @@ const std::vector<BlockHash>& Selector::ChainFor(const RoutingInput& input, size
 absl::StatusOr<PickResult> Selector::Pick(const RoutingInput& input,
                                           std::span<const TargetId> candidates) {
   if (candidates.empty()) return absl::InvalidArgumentError("no candidate targets");
-  block_sizes_.resize(candidates.size());
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    block_sizes_[i] = static_cast<uint32_t>(index_.BlockSize(candidates[i]));
-    if (block_sizes_[i] == 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("candidate ", candidates[i], " is not a live target"));
-    }
+  if (std::optional<TargetId> dead = ReadBlockSizes(candidates)) {
+    return absl::FailedPreconditionError(absl::StrCat("candidate ", *dead, " is not a live target"));
   }
-  chains_used_ = 0;
   now_ns_ = Now();
   PickResult result;
   double missed = -1;  // < 0: the whole prompt
@@ -449,7 +453,7 @@ bool Selector::ShareUnderGate(BlockHash first, size_t candidates) const {
   if (recent_first_.size() < window) return false;  // no share measured yet
   auto it = recent_count_.find(first);
   const size_t count = (it == recent_count_.end() ? 0 : it->second) + 1;  // with this one
-  return count * candidates <= window;
+  return SmallShare(count, candidates, window);
 }
 
 bool Selector::InflightShareGate(const RoutingInput& input, size_t candidates) {
@@ -467,8 +471,7 @@ bool Selector::InflightShareGate(const RoutingInput& input, size_t candidates) {
     slot = first;
     recent_next_ = (recent_next_ + 1) % window;
   }
-  const uint32_t count = ++recent_count_[first];
-  return static_cast<size_t>(count) * candidates <= window;
+  return SmallShare(++recent_count_[first], candidates, window);
 }
 
 size_t Selector::InflightRun(const RoutingInput& input, TargetId t, size_t view_hits) {
@@ -618,11 +621,12 @@ double Selector::MinLoad(std::span<const TargetId> candidates) {
   now_ns_ = Now();
   Settle(candidates, /*from_views=*/config_.policy != Policy::kDynamo, /*decay=*/false);
   double best = std::numeric_limits<double>::infinity();
-  for (TargetId t : candidates) {
-    best = std::min(best, load_.RemainingPrefillBlocks(t, now_ns_) +
-                              load_.RemotePendingPrefillBlocks(t));
-  }
+  for (TargetId t : candidates) best = std::min(best, PendingPrefillOf(t));
   return candidates.empty() ? 0.0 : best;
+}
+
+double Selector::PendingPrefillOf(TargetId t) const {
+  return load_.RemainingPrefillBlocks(t, now_ns_) + load_.RemotePendingPrefillBlocks(t);
 }
 
 bool Selector::AnyBelow(std::span<const TargetId> candidates, double threshold) {
@@ -630,11 +634,7 @@ bool Selector::AnyBelow(std::span<const TargetId> candidates, double threshold) 
   for (size_t i = 0; i < candidates.size(); ++i) {
     Settle(candidates.subspan(i, 1), /*from_views=*/config_.policy != Policy::kDynamo,
            /*decay=*/false);
-    const TargetId t = candidates[i];
-    if (load_.RemainingPrefillBlocks(t, now_ns_) + load_.RemotePendingPrefillBlocks(t) <
-        threshold) {
-      return true;
-    }
+    if (PendingPrefillOf(candidates[i]) < threshold) return true;
   }
   return false;
 }
@@ -650,12 +650,7 @@ Selector::Hold Selector::AdviseHold(const RoutingInput& input,
   if (under_join && !others_waiting) return Hold::kOffer;
   if (!under_join && !AnyBelow(candidates, threshold)) return Hold::kWait;
   if (!joinable) return Hold::kOffer;
-  block_sizes_.resize(candidates.size());
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    block_sizes_[i] = static_cast<uint32_t>(index_.BlockSize(candidates[i]));
-    if (block_sizes_[i] == 0) return Hold::kOffer;  // not live: the pick will say so
-  }
-  chains_used_ = 0;
+  if (ReadBlockSizes(candidates)) return Hold::kOffer;  // not live: the pick will say so
   MatchCandidates(input, candidates, /*use_tokens=*/true);
   // A candidate that renders the prompt differently is credited nothing (as in the pick).
   auto hits_on = [&](size_t i) -> size_t {

@@ -342,10 +342,20 @@ class Selector {
   size_t PickLeastLoad(const RoutingInput& input, std::span<const TargetId> candidates);
   // The share gate (PolicyConfig::inflight_share_window): records the pick's first block
   // in the window; whether its count there × `candidates` is at most the window.
-  // InflightShareGate's condition for a prompt starting with `first`, read only (as if
-  // this request were recorded): its share of the recent picks is at most 1/candidates.
-  bool ShareUnderGate(BlockHash first, size_t candidates) const;
   bool InflightShareGate(const RoutingInput& input, size_t candidates);
+  // InflightShareGate's condition for a prompt starting with `first`, read only (as if
+  // this request were recorded), once the window is full: its share of the recent picks
+  // is at most 1/candidates.
+  bool ShareUnderGate(BlockHash first, size_t candidates) const;
+  static bool SmallShare(size_t count, size_t candidates, size_t window) {
+    return count * candidates <= window;
+  }
+  // Reads the candidates' block sizes into block_sizes_ and resets the per-pick chains;
+  // the first candidate that is not live in the index, if any.
+  std::optional<TargetId> ReadBlockSizes(std::span<const TargetId> candidates);
+  // A candidate's pending prefill as MinLoad counts it (this replica's, at now_ns_, and
+  // the others'), after Settle.
+  double PendingPrefillOf(TargetId t) const;
   // --kv-inflight-credit: the blocks of the request's chain after `view_hits` that t's
   // in-flight requests hold, in a row, when 1 ≤ holders of its first block < the limit;
   // else 0.
