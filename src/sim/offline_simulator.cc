@@ -308,7 +308,7 @@ class Simulation {
       const core::Selector::Hold hold =
           selector_.AdviseHold(input, candidates_, config_.queue_threshold_blocks,
                                config_.queue_join_blocks, !queue_->empty());
-      if (hold == core::Selector::Hold::kBypass) return Bind(i, t);
+      if (hold == core::Selector::Hold::kBypass) return Bind(i, t, std::move(tokens));
       switch (queue_->Offer(i, std::to_string(w.session), 0, t,
                             hold == core::Selector::Hold::kWait)) {
         case core::Admission::kBindNow:
@@ -319,8 +319,9 @@ class Simulation {
           r.shed = true;
           return;
       }
+      return Bind(i, t, std::move(tokens));
     }
-    Bind(i, t);
+    Bind(i, t, {});
   }
 
   // Requests held too long are shed.
@@ -341,16 +342,16 @@ class Simulation {
     while (!queue_->empty() && selector_.MinLoad(candidates_) < below) {
       const uint64_t i = *queue_->PopNext(t);
       result_.requests[i].queue_ns = t - result_.requests[i].arrival_ns;
-      Bind(i, t);
+      Bind(i, t, {});
     }
   }
 
-  // The pick and the engine submission of request i at time t.
-  void Bind(size_t i, int64_t t) {
+  // The pick and the engine submission of request i at time t. `tokens`: its prompt,
+  // when the caller materialized it already (the join hold's advice), else empty.
+  void Bind(size_t i, int64_t t, std::vector<core::TokenId> tokens) {
     const WorkloadRequest& w = workload_.requests[i];
     RequestOutcome& r = result_.requests[i];
-    std::vector<core::TokenId> tokens;
-    workload_.Materialize(w, tokens);
+    if (tokens.empty()) workload_.Materialize(w, tokens);
     request_id_ = "r" + std::to_string(i);
     core::RoutingInput input;
     input.role = core::Role::kMixed;
