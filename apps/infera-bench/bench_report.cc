@@ -48,6 +48,14 @@ Latency Summarize(const std::vector<double>& values) {
   return l;
 }
 
+double MidFirstTokenRate(std::vector<int64_t> t) {
+  if (t.size() < 4) return 0;
+  std::sort(t.begin(), t.end());
+  const size_t a = t.size() / 4, b = 3 * t.size() / 4;
+  const double span_s = static_cast<double>(t[b] - t[a]) / 1e9;
+  return span_s > 0 ? static_cast<double>(b - a) / span_s : 0;
+}
+
 PolicySummary SummarizeRun(const std::string& policy, double overlap_weight,
                            const std::vector<RequestRecord>& records, size_t workers,
                            double bound_hit_rate, double infinite_hit_rate) {

@@ -57,6 +57,12 @@ struct Latency {
 // Linear-interpolated percentile, q in [0, 1]. Empty input gives 0.
 double Percentile(std::vector<double> values, double q);
 Latency Summarize(const std::vector<double>& values);
+// First tokens per second over the middle half of them: with the times sorted, the
+// requests from the first quartile to the third over the time between them. Run past
+// its capacity (arrivals faster than the fleet answers), this is the fleet's capacity
+// under the policy, free of the run's empty start and of its last long prompts. 0 with
+// fewer than 4 times or no time between the quartiles.
+double MidFirstTokenRate(std::vector<int64_t> first_token_ns);
 
 struct PolicySummary {
   std::string policy;  // "kv-aware", "round-robin", ...

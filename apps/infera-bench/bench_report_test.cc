@@ -16,6 +16,17 @@ TEST(BenchReportTest, Percentiles) {
   EXPECT_NEAR(l.p99, 29.8, 1e-9);
 }
 
+TEST(BenchReportTest, MidFirstTokenRateCountsTheMiddleHalf) {
+  EXPECT_DOUBLE_EQ(MidFirstTokenRate({}), 0);
+  EXPECT_DOUBLE_EQ(MidFirstTokenRate({1, 2, 3}), 0);
+  EXPECT_DOUBLE_EQ(MidFirstTokenRate({5, 5, 5, 5}), 0);  // no time between the quartiles
+  // Eight first tokens, unsorted: an early one at 0, then one every 100 ms from 1 s, a
+  // late one at 60 s. Quartiles: index 2 (1.1 s) and 6 (1.5 s): 4 requests in 0.4 s.
+  std::vector<int64_t> t = {60'000'000'000, 0,           1'000'000'000, 1'100'000'000,
+                            1'200'000'000,  1'300'000'000, 1'400'000'000, 1'500'000'000};
+  EXPECT_DOUBLE_EQ(MidFirstTokenRate(t), 10.0);
+}
+
 TEST(BenchReportTest, SummarizeRunComputesHitRateSharesAndSpread) {
   std::vector<RequestRecord> recs(3);
   recs[0] = {0, 10'000'000, 20'000'000, 100, 50, 10, 0, false, {}};
