@@ -459,8 +459,8 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
                  "compute fewer uncached tokens (0 = always disaggregate)");
   app.add_option("--admission-queue", f.admission_queue,
                  "admission queue variants run against every kv-aware policy (the peers run "
-                 "without): comma list of auto | off | on (auto, the router's default: on, "
-                 "labelled as the policy alone; doc/admission.md)")
+                 "without): comma list of auto | off | on (auto, the router's default: on for a "
+                 "mixed fleet, off for a PD fleet, labelled as the policy alone; doc/admission.md)")
       ->capture_default_str();
   app.add_option("--queue-threshold-blocks", f.queue_threshold_blocks,
                  "admission queue: hold arrivals while every engine's load is at least this "
@@ -559,7 +559,9 @@ int RunOffline(const OfflineFlags& flags) {
     for (size_t v = 0; v < variants->size(); ++v) {
       bool off_done = false;
       for (const std::string& q : queue_variants) {
-        const bool on = q != "off" && (*specs)[k].name == "kv-aware";
+        // auto, as the router's: on for kv-aware's mixed pools, off for a PD fleet's
+        // prefill pool (on turns it on there too).
+        const bool on = (q == "on" || (q == "auto" && !pd)) && (*specs)[k].name == "kv-aware";
         if (!on && off_done) continue;
         off_done = off_done || !on;
         // auto is unlabelled (the default) unless it runs beside another variant.

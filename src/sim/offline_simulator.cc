@@ -52,6 +52,7 @@ class Simulation {
         const bool prefill = e < config.prefill_engines;
         pd_candidates_.push_back(
             {slot.target, prefill ? core::Role::kPrefill : core::Role::kDecode, "sim"});
+        if (prefill) prefill_pool_.push_back(slot.target);
       }
       if (config.capacity_known) {
         selector_.load().SetCapacityBlocks(slot.target, config.engine.num_gpu_blocks);
@@ -301,12 +302,12 @@ class Simulation {
       std::vector<core::TokenId> tokens;
       if (config_.queue_join_blocks > 0) {
         workload_.Materialize(w, tokens);
-        input.role = core::Role::kMixed;
+        input.role = config_.pd_fleet() ? core::Role::kPrefill : core::Role::kMixed;
         input.tokens = std::span<const core::TokenId>(tokens);
         input.image_keys = w.image_keys;
       }
       const core::Selector::Hold hold =
-          selector_.AdviseHold(input, candidates_, config_.queue_threshold_blocks,
+          selector_.AdviseHold(input, QueuePool(), config_.queue_threshold_blocks,
                                config_.queue_join_blocks, !queue_->empty());
       if (hold == core::Selector::Hold::kBypass) return Bind(i, t, std::move(tokens));
       switch (queue_->Offer(i, std::to_string(w.session), 0, t,
@@ -324,6 +325,13 @@ class Simulation {
     Bind(i, t, {});
   }
 
+  // The engines whose load the queue watches: a PD fleet's prefill pool (a PD
+  // request's queueing is its prefill leg's, as in the router), else every engine.
+  std::span<const core::TargetId> QueuePool() const {
+    return config_.pd_fleet() ? std::span<const core::TargetId>(prefill_pool_)
+                              : std::span<const core::TargetId>(candidates_);
+  }
+
   // Requests held too long are shed.
   void ExpireQueued(int64_t t) {
     for (uint64_t id : queue_->Expire(t)) {
@@ -339,7 +347,7 @@ class Simulation {
     ExpireQueued(t);
     const double below =
         core::Selector::ReleaseBelow(config_.queue_threshold_blocks, config_.queue_join_blocks);
-    while (!queue_->empty() && selector_.MinLoad(candidates_) < below) {
+    while (!queue_->empty() && selector_.MinLoad(QueuePool()) < below) {
       const uint64_t i = *queue_->PopNext(t);
       result_.requests[i].queue_ns = t - result_.requests[i].arrival_ns;
       Bind(i, t, {});
@@ -431,6 +439,7 @@ class Simulation {
   std::vector<EngineSlot> engines_;
   std::vector<core::TargetId> candidates_;
   std::vector<core::PdCandidate> pd_candidates_;
+  std::vector<core::TargetId> prefill_pool_;  // PD: the prefill engines (the queue's pool)
   std::vector<uint32_t> engine_of_;                           // TargetId -> engine
   std::vector<core::LoadState::ActiveGuard> guards_;          // decode (or only) leg
   std::vector<core::LoadState::ActiveGuard> prefill_guards_;  // PD fleets
@@ -446,9 +455,7 @@ class Simulation {
   std::unique_ptr<core::ApproxCache> approx_ =
       config_.approx.ttl_ns > 0 ? std::make_unique<core::ApproxCache>(config_.approx) : nullptr;
   std::unique_ptr<core::AdmissionQueue> queue_ =
-      config_.admission_queue && !config_.pd_fleet()
-          ? std::make_unique<core::AdmissionQueue>(config_.queue)
-          : nullptr;
+      config_.admission_queue ? std::make_unique<core::AdmissionQueue>(config_.queue) : nullptr;
   std::vector<core::BlockHash> chain_, removed_;  // approximate mode's scratch
   int64_t next_sample_ns_ = 0;
   int64_t sample_interval_ns_ = 0;

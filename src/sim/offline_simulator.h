@@ -67,8 +67,9 @@ struct OfflineConfig {
   // request's reservation is booked at its decode pick and released at its last token.
   core::DemandMode decode_demand = core::DemandMode::kOff;
   double decode_request_weight = 0;
-  // Admission queue with late binding (doc/admission.md; mixed fleets only): an
-  // arrival is held while every engine's load (Selector::MinLoad) is at least
+  // Admission queue with late binding (doc/admission.md): an arrival is held while
+  // every engine's load (Selector::MinLoad; a PD fleet: every prefill engine's, the
+  // router's pool for PD requests) is at least
   // `queue_threshold_blocks`, and bound when one drops below it (after each step and
   // each KV-event delivery). Tenant = the workload request's session; priority 0.
   // `queue_join_blocks` (0: off; the router's --queue-join-blocks): past it a cold

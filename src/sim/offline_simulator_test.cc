@@ -234,10 +234,8 @@ TEST(OfflineSimulatorTest, PdTransferTimeFollowsTheBandwidth) {
   EXPECT_NEAR(static_cast<double>(b.requests[0].transfer_ns) / a.requests[0].transfer_ns, 10, 0.01);
 }
 
-// A burst of 64 requests at t = 0 on 2 engines with the admission queue: requests are
-// held while both engines have prefill pending past the threshold, bound as they free,
-// every one completes, and nothing is left held (no guard leaks).
-TEST(OfflineSimulatorTest, AdmissionQueueHoldsABurstAndBindsEveryRequest) {
+// 64 requests at t = 0 over 4 system prompts of 1024 tokens (questions 256, outputs 16).
+Workload Burst() {
   SyntheticOptions o;
   o.requests = 64;
   o.prefixes = 4;
@@ -245,15 +243,29 @@ TEST(OfflineSimulatorTest, AdmissionQueueHoldsABurstAndBindsEveryRequest) {
   o.question_tokens = 256;
   o.output_tokens = 16;
   o.request_rate = 0;  // all at t = 0
-  const Workload w = SyntheticWorkload(o);
-  OfflineConfig c = Config(core::Policy::kKvAware, 2, 8192);
+  return SyntheticWorkload(o);
+}
+
+// Runs `c` with the admission queue on at a 128-block threshold (`c` keeps it on) and
+// checks its accounting: some requests held, every one bound once, none shed.
+OfflineResult RunQueued(const Workload& w, OfflineConfig& c) {
   c.admission_queue = true;
   c.queue_threshold_blocks = 128;
-  const OfflineResult r = RunOffline(w, c);
+  OfflineResult r = RunOffline(w, c);
   EXPECT_GT(r.queue.queued, 0u);
   EXPECT_EQ(r.queue.bound_now + r.queue.queued, w.requests.size());
   EXPECT_EQ(r.queue.released, r.queue.queued);
   EXPECT_EQ(r.queue.rejected_full + r.queue.expired, 0u);
+  return r;
+}
+
+// A burst of 64 requests at t = 0 on 2 engines with the admission queue: requests are
+// held while both engines have prefill pending past the threshold, bound as they free,
+// every one completes, and nothing is left held (no guard leaks).
+TEST(OfflineSimulatorTest, AdmissionQueueHoldsABurstAndBindsEveryRequest) {
+  const Workload w = Burst();
+  OfflineConfig c = Config(core::Policy::kKvAware, 2, 8192);
+  const OfflineResult r = RunQueued(w, c);
   size_t held = 0;
   for (const RequestOutcome& out : r.requests) {
     EXPECT_FALSE(out.shed);
@@ -269,6 +281,30 @@ TEST(OfflineSimulatorTest, AdmissionQueueHoldsABurstAndBindsEveryRequest) {
   size_t shed = 0;
   for (const RequestOutcome& out : bounded.requests) shed += out.shed ? 1 : 0;
   EXPECT_EQ(shed, bounded.queue.rejected_full);
+}
+
+// The same burst on a PD fleet (2 prefill + 2 decode engines): the queue watches the
+// prefill pool's load, as the router's does; held requests bind as the prefill engines
+// free, and every one runs both legs.
+TEST(OfflineSimulatorTest, AdmissionQueueOnAPdFleetWatchesThePrefillPool) {
+  const Workload w = Burst();
+  OfflineConfig c = PdConfig(core::Policy::kKvAware, 2, 2);
+  c.engine.num_gpu_blocks = 8192;
+  const OfflineResult r = RunQueued(w, c);
+  size_t held = 0;
+  for (const RequestOutcome& out : r.requests) {
+    EXPECT_FALSE(out.shed);
+    EXPECT_GE(out.prefill_engine, 0);
+    EXPECT_LT(out.prefill_engine, 2);  // engines 0 and 1 are the prefill pool
+    EXPECT_GE(out.engine, 2u);
+    EXPECT_GE(out.prefill_done_ns, out.arrival_ns + out.queue_ns);
+    EXPECT_GE(out.finish_ns, out.first_token_ns);
+    held += out.queue_ns > 0 ? 1 : 0;
+  }
+  EXPECT_GT(held, 0u);
+  // Off: nothing is held, so the queue's stats stay zero.
+  c.admission_queue = false;
+  EXPECT_EQ(RunOffline(w, c).queue.queued, 0u);
 }
 
 TEST(OfflineSimulatorTest, SyntheticWorkloadIsSeededAndShaped) {
