@@ -22,8 +22,9 @@ Cases (--case):
           requests (tenants a, a, a, b via X-Infera-Tenant, then priority 5) bind in
           the order priority first, then tenants in turn: p, a1, b1, a2, a3.
   join    the router's default queue (auto: on for kv-aware; no --admission-queue
-          flag) with --queue-join-blocks 1 and the share gate off (its window needs 32
-          picks first; doc/admission.md "Hold rule"), one engine:
+          flag) with --queue-join-blocks 1, one engine, the share gate at its default:
+          32 requests of distinct prompts fill its window first (it holds nothing
+          before; doc/admission.md "Hold rule"), then
           while prompt P computes, another prompt binds at once but P's duplicate
           waits; once the view holds P, a third request of P passes the queue while a
           duplicate of a new prompt R waits behind R's first copy; all answered 200.
@@ -219,13 +220,22 @@ def cached_blocks(base):
 
 def join():
     with Processes() as procs:
-        # --kv-inflight-share-window 0: the share gate would hold nothing until it has
-        # seen 32 picks (doc/admission.md "Hold rule"); this case has six.
         _, base = start_router(procs, ARGS.router, engines(procs, 1, 600),
-                               "--queue-join-blocks", "1", "--kv-inflight-share-window", "0")
-        bind_now = lambda: sample(base, "infera_router_queue_admitted_total",  # noqa: E731
+                               "--queue-join-blocks", "1")
+        admitted = lambda: sample(base, "infera_router_queue_admitted_total",  # noqa: E731
                                   'outcome="bind_now"') or 0
+        # The share gate holds nothing until its window (32 picks) is full: 32 prompts of
+        # their own, at once (none joinable, so none waits).
         results = {}
+        warm = [send(base, f"w{i}", results, payload=body(100 + i)) for i in range(32)]
+        for t in warm:
+            t.join()
+        check(all(results[f"w{i}"][0] == 200 for i in range(32)), "the 32 warm-up prompts: 200")
+        check(admitted() == 32 and queued(base) == 0, "warm-up: every one bound at once")
+        poll(lambda: idle(base), "warm-up done")
+        poll(lambda: cached_blocks(base) >= 32 * 4, "the view holds the warm-up prompts")
+        warm_blocks = cached_blocks(base)
+        bind_now = lambda: admitted() - 32  # noqa: E731
         threads = [send(base, "p1", results, payload=body(0))]
         poll(lambda: bind_now() == 1, "P's first copy is bound")
         threads.append(send(base, "q", results, payload=body(1)))
@@ -237,7 +247,7 @@ def join():
             t.join()
         check(all(results[g][0] == 200 for g in ("p1", "q", "p2")), "P, Q and P again: 200")
         poll(lambda: idle(base), "depth 0, nothing in flight")
-        poll(lambda: cached_blocks(base) >= 8, "the view holds P and Q")
+        poll(lambda: cached_blocks(base) >= warm_blocks + 8, "the view holds P and Q")
         threads = [send(base, "r1", results, payload=body(2))]
         poll(lambda: bind_now() == 3, "R's first copy is bound")
         threads.append(send(base, "r2", results, payload=body(2)))
