@@ -140,6 +140,12 @@ TEST(PolicySpecTest, PerRoleWeights) {
   EXPECT_FALSE(ParsePolicySpecs("kv-aware:20/").ok());
   EXPECT_FALSE(ParsePolicySpecs("kv-aware:/2").ok());
   EXPECT_FALSE(ParsePolicySpecs("kv-aware:20/-1").ok());
+  // The TTFT oracle is a bound of the simulator's, not a core policy; it takes no weight.
+  auto oracle = ParsePolicySpecs("ttft-oracle,round-robin");
+  ASSERT_TRUE(oracle.ok()) << oracle.status();
+  EXPECT_EQ((*oracle)[0].name, kTtftOracle);
+  EXPECT_FALSE(ParsePolicySpecs("ttft-oracle:2").ok());
+  EXPECT_FALSE(ParsePolicySpecs("ttft").ok());
 }
 
 TEST(BenchReportTest, ExtraFieldsLandInTheJsonResult) {

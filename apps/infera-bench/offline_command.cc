@@ -358,7 +358,8 @@ void AddOfflineFlags(CLI::App& app, OfflineFlags& f) {
   sim::AddEngineFlags(app, f.engine);
   app.add_option("--engines", f.engines, "simulated engines")->check(CLI::Range(1, 4096));
   app.add_option("--policies", f.policies,
-                 "comma list: kv-aware[:overlap_weight], round-robin, random, least-load");
+                 "comma list: kv-aware[:overlap_weight], round-robin, random, least-load, "
+                 "dynamo, lmetric, llm-d, sglang, ttft-oracle (a bound: doc/sim.md)");
   app.add_option("--kv-recent-decay", f.recent_decay, "router recent-blocks decay")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--load-term", f.load_term,
@@ -489,6 +490,13 @@ int RunOffline(const OfflineFlags& flags) {
     std::fprintf(stderr, "infera-bench: %s\n", std::string(specs.status().message()).c_str());
     return 2;
   }
+  for (const PolicySpec& s : *specs) {
+    if (s.name == kTtftOracle && flags.prefill_engines > 0 && flags.decode_engines > 0) {
+      std::fprintf(stderr, "infera-bench: %s needs a mixed fleet (not --prefill-engines / "
+                   "--decode-engines)\n", kTtftOracle);
+      return 2;
+    }
+  }
   absl::StatusOr<std::vector<DemandVariant>> variants =
       ParseDemandVariants(flags.decode_input_demand);
   if (!variants.ok()) {
@@ -605,7 +613,9 @@ int RunOffline(const OfflineFlags& flags) {
     config.approx.ttl_ns = static_cast<int64_t>(flags.approx_ttl_s * 1e9);
     config.approx.max_blocks = flags.approx_max_blocks;
     config.release_load_at_first_token = flags.release_load_at == "first-token";
-    config.policy.policy = *core::ParsePolicy(spec.name);
+    config.ttft_oracle = spec.name == kTtftOracle;  // books through round-robin
+    config.policy.policy =
+        config.ttft_oracle ? core::Policy::kRoundRobin : *core::ParsePolicy(spec.name);
     config.policy.overlap_weight = spec.overlap_weight;
     if (spec.decode_overlap_weight) {
       config.policy.prefill_overlap_weight = spec.overlap_weight;

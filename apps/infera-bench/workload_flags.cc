@@ -88,7 +88,7 @@ absl::StatusOr<std::vector<PolicySpec>> ParsePolicySpecs(const std::string& list
     PolicySpec spec;
     const size_t colon = item.find(':');
     spec.name = item.substr(0, colon);
-    if (!core::ParsePolicy(spec.name).ok()) {
+    if (spec.name != kTtftOracle && !core::ParsePolicy(spec.name).ok()) {
       return absl::InvalidArgumentError("unknown policy '" + spec.name + "'");
     }
     if (colon != std::string::npos && spec.name != "kv-aware") {

@@ -31,7 +31,10 @@ absl::StatusOr<sim::Workload> BuildWorkload(const WorkloadFlags& flags);
 // One entry of --policies: "kv-aware", "kv-aware:4" (overlap weight 4),
 // "kv-aware:20/2" (PD: prefill overlap weight 20, decode overlap weight 2; a mixed
 // fleet uses the first), "round-robin", "random", "least-load", and the peers
-// "dynamo", "lmetric", "llm-d", "sglang" (doc/peers.md; no weight).
+// "dynamo", "lmetric", "llm-d", "sglang" (doc/peers.md; no weight), and "ttft-oracle"
+// (offline, mixed fleets: sim::OfflineConfig::ttft_oracle, a bound, not a policy a
+// router could run; doc/sim.md).
+inline constexpr char kTtftOracle[] = "ttft-oracle";
 struct PolicySpec {
   std::string name;
   double overlap_weight = 1.0;

@@ -15,7 +15,9 @@ kv-aware's are <= the best peer's (round-robin included); beside them, from the 
 runs, kv-aware's other "done when" figures: its share of the pooled bound's hit rate
 ("—" where the workload shares nothing), the fewest requests any engine got over the
 mean per engine (the starvation check), and its TTFT mean over the no-queueing floor's.
-Last, how many cells hold both. JSON in build/sim-check/.
+Last, how many cells hold both. ORACLE=1 adds, for the mixed-fleet cells, the TTFT
+oracle's mean / p99 (`--policies ttft-oracle`, a bound no router reaches: doc/sim.md;
+one more run per cell and seed, minutes per trace cell). JSON in build/sim-check/.
 """
 import json
 import os
@@ -50,6 +52,20 @@ def run(name, load, seed, flags):
     return out
 
 
+def oracle(name, load, seed):
+    """The TTFT oracle's (mean, p99) on one cell and seed; None on the PD fleet."""
+    if name == "pd":
+        return None
+    args = ps.workload_args(name) + ps.rate_args(name, load) + vc.seed_args(name, seed)
+    path = os.path.join(OUT, f"{name}_{load}_s{seed}_ttft-oracle.json")
+    if not os.path.exists(path):
+        subprocess.run([ps.BENCH, "offline", *args, "--policies", "ttft-oracle", "--jobs", "1",
+                        "--json", path], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    x = json.load(open(path))["results"][0]
+    return x["ttft_ms"]["mean"], x["ttft_ms"]["p99"]
+
+
 def main():
     argv = sys.argv[1:]
     flags = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -57,9 +73,11 @@ def main():
     seeds = [int(s) for s in os.environ.get("SEEDS", "1").split(",")]
     os.makedirs(OUT, exist_ok=True)
     print(f"# kv-aware {' '.join(flags) or '(default flags)'} vs the peers; seeds/slices {seeds}")
+    with_oracle = os.environ.get("ORACLE") == "1"
     print("| cell | kv-aware mean / p99 ms | best peer mean (who) | best peer p99 (who) | "
-          "mean ≤ | p99 ≤ | bound % | min/mean engine | mean / floor |")
-    print("|---|---:|---:|---:|:-:|:-:|---:|---:|---:|")
+          "mean ≤ | p99 ≤ | bound % | min/mean engine | mean / floor |" +
+          (" TTFT oracle mean / p99 |" if with_oracle else ""))
+    print("|---|---:|---:|---:|:-:|:-:|---:|---:|---:|" + ("---:|" if with_oracle else ""))
     held = 0
     for cell in cells:
         name, load = cell.split("@")
@@ -76,9 +94,15 @@ def main():
                  f"{sum(e[0] for e in extra) / len(extra):.1f}")
         spread = min(e[1] for e in extra)
         floor = sum(e[2] for e in extra) / len(extra)
+        column = ""
+        if with_oracle:
+            bounds = [oracle(name, int(load), s) for s in seeds]
+            column = (" — |" if bounds[0] is None else
+                      f" {sum(b[0] for b in bounds) / len(bounds):.1f} / "
+                      f"{sum(b[1] for b in bounds) / len(bounds):.0f} |")
         print(f"| {cell} | {kv[0]:.1f} / {kv[1]:.0f} | {avg[bm][0]:.1f} ({bm}) | "
               f"{avg[bp][1]:.0f} ({bp}) | {ok(kv[0], avg[bm][0])} | {ok(kv[1], avg[bp][1])} | "
-              f"{bound} | {spread:.2f} | {floor:.2f} |", flush=True)
+              f"{bound} | {spread:.2f} | {floor:.2f} |{column}", flush=True)
     print(f"# mean and p99 <= every peer's on {held} of {len(cells)} cells")
 
 

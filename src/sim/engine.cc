@@ -32,6 +32,18 @@ Engine::Engine(const EngineConfig& config)
 
 Engine::~Engine() = default;
 
+std::unique_ptr<Engine> Engine::Clone() const {
+  auto copy = std::make_unique<Engine>(config_);
+  copy->cache_ = cache_;
+  copy->stats_ = stats_;
+  for (const auto& [id, seq] : seqs_) copy->seqs_[id] = std::make_unique<Seq>(*seq);
+  // running_ and waiting_ point into seqs_: the copy's point into its own.
+  copy->running_.reserve(running_.size());
+  for (const Seq* seq : running_) copy->running_.push_back(copy->seqs_.at(seq->id).get());
+  for (const Seq* seq : waiting_) copy->waiting_.push_back(copy->seqs_.at(seq->id).get());
+  return copy;
+}
+
 core::TokenId Engine::GeneratedToken(uint64_t request_id, uint32_t index, uint32_t vocab_size) {
   const uint64_t z = base::SplitMix64Finalize(request_id * 0x9e3779b97f4a7c15ULL + index +
                                               0x632be59bd9b4e019ULL);

@@ -107,6 +107,10 @@ class Engine {
   bool HasWork() const { return !running_.empty() || !waiting_.empty(); }
   size_t NumRunning() const { return running_.size(); }
   size_t NumWaiting() const { return waiting_.size(); }
+  // A deep copy (its requests, its cache, its counters): a what-if that steps on its
+  // own and leaves this engine untouched (the TTFT oracle, doc/sim.md). Events not
+  // yet taken are copied too.
+  std::unique_ptr<Engine> Clone() const;
 
   // Runs one scheduler iteration. REQUIRES: HasWork().
   StepResult Step();

@@ -148,6 +148,45 @@ TEST(EngineTest, StoredEventsCarryLoraAndExtraKeysAsVllm) {
   EXPECT_EQ(aux, router);
 }
 
+TEST(EngineTest, CloneStepsAsTheOriginalAndLeavesItUntouched) {
+  EngineConfig cfg = SmallConfig();
+  cfg.max_num_batched_tokens = 100;
+  Engine e(cfg);
+  ASSERT_TRUE(e.AddRequest({1, Tokens(250, 1), 6}));
+  ASSERT_TRUE(e.AddRequest({2, Tokens(40, 1), 3}));  // shares r1's first two blocks
+  ASSERT_TRUE(e.AddRequest({3, Tokens(90, 500), 4}));
+  e.Step();  // mid-prefill: running and waiting requests, cached blocks
+  std::unique_ptr<Engine> c = e.Clone();
+  EXPECT_EQ(c->NumRunning(), e.NumRunning());
+  EXPECT_EQ(c->NumWaiting(), e.NumWaiting());
+  // What-if on the copy: one more request, run to the end.
+  ASSERT_TRUE(c->AddRequest({4, Tokens(40, 1), 2}));
+  int64_t copy_ns = 0;
+  auto copy_out = RunToIdle(*c, &copy_ns);
+  EXPECT_EQ(copy_out[4].size(), 2u);
+  EXPECT_EQ(copy_out[4][0].cached_tokens, 32u);  // r1's blocks, cached in the copy
+  // The original has no request 4 and produces what the copy did for 1..3, step for step.
+  Engine twin(cfg);
+  ASSERT_TRUE(twin.AddRequest({1, Tokens(250, 1), 6}));
+  ASSERT_TRUE(twin.AddRequest({2, Tokens(40, 1), 3}));
+  ASSERT_TRUE(twin.AddRequest({3, Tokens(90, 500), 4}));
+  twin.Step();
+  std::unique_ptr<Engine> c2 = twin.Clone();
+  auto e_out = RunToIdle(e);
+  auto c2_out = RunToIdle(*c2);
+  EXPECT_EQ(e_out.count(4), 0u);
+  ASSERT_EQ(e_out.size(), 3u);
+  for (uint64_t id : {1, 2, 3}) {
+    ASSERT_EQ(e_out[id].size(), c2_out[id].size()) << id;
+    for (size_t k = 0; k < e_out[id].size(); ++k) {
+      EXPECT_EQ(e_out[id][k].token, c2_out[id][k].token);
+      EXPECT_EQ(e_out[id][k].cached_tokens, c2_out[id][k].cached_tokens);
+      EXPECT_EQ(e_out[id][k].finished, c2_out[id][k].finished);
+    }
+  }
+  EXPECT_TRUE(twin.HasWork());  // the clone's steps did not advance the twin
+}
+
 TEST(EngineTest, ChunkedPrefillSpreadsALongPromptOverSteps) {
   EngineConfig cfg = SmallConfig();
   cfg.max_num_batched_tokens = 100;

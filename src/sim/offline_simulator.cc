@@ -22,6 +22,7 @@ struct EngineSlot {
   bool busy = false;
   StepResult pending;
   std::vector<KvEvent> pending_events;
+  int64_t step_end_ns = 0;  // while busy: when `pending` completes
 };
 
 struct Delivery {
@@ -161,7 +162,8 @@ class Simulation {
     }
     // A step always computes something (the engine's invariant); 1 µs keeps virtual
     // time moving even if a zero-cost timing model is configured.
-    steps_.push({t + std::max<int64_t>(s.pending.duration_ns, 1000), e});
+    s.step_end_ns = t + std::max<int64_t>(s.pending.duration_ns, 1000);
+    steps_.push({s.step_end_ns, e});
   }
 
   void CompleteStep(uint32_t e, int64_t t) {
@@ -373,7 +375,12 @@ class Simulation {
     ExpireApprox(t);
     // Only the winner is read: the pruned pick (the same winner, doc/selection.md).
     input.exact_costs = false;
-    absl::StatusOr<core::PickResult> pick = selector_.Pick(input, candidates_);
+    // The TTFT oracle books its engine through the selector too (a one-candidate pick).
+    const std::span<const core::TargetId> pool =
+        config_.ttft_oracle ? std::span<const core::TargetId>(
+                                  &candidates_[OracleEngine(i, t, tokens, w.output_tokens)], 1)
+                            : std::span<const core::TargetId>(candidates_);
+    absl::StatusOr<core::PickResult> pick = selector_.Pick(input, pool);
     assert(pick.ok());  // candidates are never empty
     RecordApprox(*pick, tokens, t);
     const auto it = std::find(candidates_.begin(), candidates_.end(), pick->picked);
@@ -388,6 +395,39 @@ class Simulation {
       return;
     }
     if (!s.busy) StartStep(e, t);
+  }
+
+  // The TTFT oracle's engine for request i at time t: each engine's copy gets the
+  // request and steps (from the end of the step it is in) until the request's first
+  // token; the soonest wins, the scan starting at i mod engines (ties rotate).
+  uint32_t OracleEngine(size_t i, int64_t t, const std::vector<core::TokenId>& tokens,
+                        size_t output_tokens) {
+    const size_t n = engines_.size();
+    uint32_t best = static_cast<uint32_t>(i % n);
+    int64_t best_ttft = std::numeric_limits<int64_t>::max();
+    for (size_t j = 0; j < n; ++j) {
+      const size_t e = (i + j) % n;
+      const EngineSlot& s = engines_[e];
+      std::unique_ptr<Engine> copy = s.engine->Clone();
+      if (!copy->AddRequest({i, tokens, output_tokens})) continue;  // never fits: skip
+      int64_t now = s.busy ? std::max(t, s.step_end_ns) : t;
+      // Every step computes something while the request waits, so this ends; it stops
+      // early once this engine cannot beat the best so far.
+      while (now - t < best_ttft) {
+        const StepResult step = copy->Step();
+        now += std::max<int64_t>(step.duration_ns, 1000);
+        const bool first = std::any_of(step.outputs.begin(), step.outputs.end(),
+                                       [&](const TokenOutput& o) { return o.request_id == i; });
+        if (first) {
+          if (now - t < best_ttft) {
+            best_ttft = now - t;
+            best = static_cast<uint32_t>(e);
+          }
+          break;
+        }
+      }
+    }
+    return best;
   }
 
   static core::PolicyConfig SelectorPolicy(const OfflineConfig& config) {

@@ -80,6 +80,13 @@ struct OfflineConfig {
   double queue_threshold_blocks = 1024;
   double queue_join_blocks = 0;
   core::QueueConfig queue;
+  // The TTFT oracle (doc/sim.md "TTFT oracle"; mixed fleets only): each arrival goes
+  // to the engine where a copy of that engine, given the request now, produces its
+  // first token soonest (ties: the first from a rotating start). No router could know
+  // this; it bounds what a greedy placement with perfect knowledge of every engine's
+  // queue, step phase and cache reaches. The selector still books the request (its
+  // guard, on the oracle's engine alone); `policy` should be round-robin.
+  bool ttft_oracle = false;
 
   bool pd_fleet() const { return prefill_engines > 0 && decode_engines > 0; }
   size_t total_engines() const { return pd_fleet() ? prefill_engines + decode_engines : engines; }

@@ -93,6 +93,34 @@ Workload DecodingThenShort() {
   return w;
 }
 
+// r0 (8192 tokens) and r1 (1024) start on the two idle engines; r2 arrives 1 ms later,
+// while both compute: r1's engine finishes first.
+Workload LongThenShortThenOneMore() {
+  Workload w;
+  w.requests.resize(3);
+  const uint32_t lengths[] = {8192, 1024, 64};
+  for (size_t k = 0; k < 3; ++k) {
+    w.requests[k].segments = {{k + 1, lengths[k]}};
+    w.requests[k].prompt_tokens = lengths[k];
+    w.requests[k].output_tokens = 2;
+  }
+  w.requests[2].arrival_ns = 1'000'000;
+  return w;
+}
+
+TEST(OfflineSimulatorTest, TtftOracleSendsARequestWhereItsFirstTokenComesSoonest) {
+  const Workload w = LongThenShortThenOneMore();
+  OfflineConfig c = Config(core::Policy::kRoundRobin, 2, 4096);
+  const OfflineResult rr = RunOffline(w, c);
+  EXPECT_EQ(rr.requests[2].engine, rr.requests[0].engine);  // the rotation's turn
+  c.ttft_oracle = true;
+  const OfflineResult oracle = RunOffline(w, c);
+  EXPECT_NE(oracle.requests[0].engine, oracle.requests[1].engine);
+  EXPECT_EQ(oracle.requests[2].engine, oracle.requests[1].engine);
+  EXPECT_LT(oracle.requests[2].first_token_ns, rr.requests[2].first_token_ns);
+  for (const RequestOutcome& o : oracle.requests) EXPECT_EQ(o.output_tokens, 2u);
+}
+
 TEST(OfflineSimulatorTest, ReleaseLoadAtFirstTokenFreesADecodingEngine) {
   // Spec load term (active blocks until the last token). Least-load sends r2 away
   // from r0's engine
