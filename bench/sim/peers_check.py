@@ -17,7 +17,7 @@ runs, kv-aware's other "done when" figures: its share of the pooled bound's hit 
 mean per engine (the starvation check), and its TTFT mean over the no-queueing floor's.
 Last, how many cells hold both. ORACLE=1 adds, for the mixed-fleet cells, the TTFT
 oracle's mean / p99 (`--policies ttft-oracle`, a bound no router reaches: doc/sim.md;
-one more run per cell and seed, minutes per trace cell). JSON in build/sim-check/.
+one more run per cell and seed, ~15 s per trace slice). JSON in build/sim-check/.
 """
 import json
 import os

@@ -32,9 +32,11 @@ Engine::Engine(const EngineConfig& config)
 
 Engine::~Engine() = default;
 
+Engine::Engine(const EngineConfig& config, const KvCache& cache)
+    : config_(config), cache_(cache) {}
+
 std::unique_ptr<Engine> Engine::Clone() const {
-  auto copy = std::make_unique<Engine>(config_);
-  copy->cache_ = cache_;
+  std::unique_ptr<Engine> copy(new Engine(config_, cache_));  // the private constructor
   copy->stats_ = stats_;
   for (const auto& [id, seq] : seqs_) copy->seqs_[id] = std::make_unique<Seq>(*seq);
   // running_ and waiting_ point into seqs_: the copy's point into its own.

@@ -134,6 +134,8 @@ class Engine {
 
  private:
   struct Seq;
+  // Clone's: this config with a copy of `cache` (not a fresh one to overwrite).
+  Engine(const EngineConfig& config, const KvCache& cache);
   void Preempt(Seq* seq);
   void FinishSeq(Seq* seq);
   void CacheFullBlocks(Seq* seq);
